@@ -1,0 +1,1 @@
+"""Arithmetic example environment."""

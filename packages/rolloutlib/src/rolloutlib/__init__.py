@@ -1,0 +1,1 @@
+"""Gymnasium-style environments and rollout primitives for agentic RL post-training."""

@@ -1,0 +1,1 @@
+"""rollout: train language-model agents with asynchronous RL."""

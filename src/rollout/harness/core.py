@@ -1,0 +1,154 @@
+"""Task, Observation, End, RunContext and Environment (see `rollout.harness`)."""
+
+from __future__ import annotations
+
+import logging
+import random
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from rolloutlib.graders import Score
+
+from rollout.contracts import Message, ToolSpec
+
+Parameters = Mapping[str, Any]
+
+
+class Observation:
+    """What the agent sees next: messages to append and, optionally, the tools it may call.
+
+    `Observation("What is 2+2?")` adds one user message. `tools=None` keeps the tools offered
+    so far; `tools=[]` withdraws them.
+    """
+
+    __slots__ = ("messages", "tools")
+
+    def __init__(
+        self,
+        messages: str | Message | Sequence[Message] = (),
+        *,
+        tools: Sequence[ToolSpec] | None = None,
+    ) -> None:
+        if isinstance(messages, str):
+            self.messages: tuple[Message, ...] = (Message.user(messages),)
+        elif isinstance(messages, Message):
+            self.messages = (messages,)
+        else:
+            self.messages = tuple(messages)
+        self.tools: tuple[ToolSpec, ...] | None = None if tools is None else tuple(tools)
+
+    def __repr__(self) -> str:
+        return f"Observation(messages={list(self.messages)!r}, tools={self.tools!r})"
+
+
+class End(Observation):
+    """The seat is done: its reward (a float or a rolloutlib `Score`) and metrics.
+
+    An `End` may also carry final messages (for the transcript); they are never sampled from.
+    """
+
+    __slots__ = ("metrics", "reward")
+
+    def __init__(
+        self,
+        reward: float | Score = 0.0,
+        metrics: Mapping[str, float] | None = None,
+        messages: str | Message | Sequence[Message] = (),
+    ) -> None:
+        super().__init__(messages)
+        self.reward = reward
+        self.metrics: dict[str, float] = dict(metrics or {})
+
+    @property
+    def value(self) -> float:
+        """The scalar reward."""
+        return self.reward.value if isinstance(self.reward, Score) else float(self.reward)
+
+    def __repr__(self) -> str:
+        return f"End(reward={self.reward!r}, metrics={self.metrics!r})"
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """Who and where one agent seat is. Passed to every `Task` call."""
+
+    run_id: str
+    episode_id: str
+    agent: int
+    seed: int
+    attempt: int = 1
+    agents: int = 1
+    gateway_url: str | None = None
+    """Base URL of the gateway (`.../v1`) for agent programs that call the model themselves."""
+    api_key: str | None = None
+    """This seat's gateway key: every call made with it is recorded as a turn of this seat."""
+    sandbox: Mapping[str, Any] = field(default_factory=dict)
+    logger: logging.Logger = field(default_factory=lambda: logging.getLogger("rollout.task"))
+
+    @property
+    def random(self) -> random.Random:
+        """A random generator seeded by the episode's seed and this agent."""
+        return random.Random(self.seed * 1_000_003 + self.agent)
+
+
+class Task(ABC):
+    """One agent seat's side of an episode. Subclass it and implement `start` and `respond`."""
+
+    def __init__(self, parameters: Parameters) -> None:
+        self.parameters = parameters
+
+    @abstractmethod
+    async def start(self, run: RunContext) -> Observation:
+        """Return the first observation (usually the prompt)."""
+
+    async def respond(self, run: RunContext, reply: Message) -> Observation:
+        """Answer the model's reply with the next observation, or an `End`."""
+        raise NotImplementedError(f"{type(self).__name__}.respond is not implemented")
+
+    async def close(self, run: RunContext) -> None:  # noqa: B027 - optional hook
+        """Release what the task holds. Called once per seat, also after errors."""
+
+
+ParameterSource = Sequence[Parameters] | Callable[[random.Random], Parameters]
+
+
+@dataclass(frozen=True)
+class Environment:
+    """A named, versioned Task with where its parameters come from.
+
+    `parameters` is a sequence of parameter mappings (cycled through) or a function of a seeded
+    `random.Random` that draws one. Each group plays `group_size` episodes with the same
+    parameters; each episode has `agents` seats, one `Task` each.
+    """
+
+    name: str
+    task: type[Task]
+    parameters: ParameterSource = ({},)
+    version: str = "1"
+    agents: int = 1
+    group_size: int = 8
+    max_turns: int = 32
+    system_prompt: str | None = None
+    sampling: Mapping[str, Any] = field(default_factory=dict)
+    """Default sampling settings for this environment (max_tokens, temperature, ...)."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.task, type) or not issubclass(self.task, Task):
+            raise TypeError(f"Environment {self.name!r}: task must be a Task subclass, got {self.task!r}")
+        if self.agents < 1:
+            raise ValueError(f"Environment {self.name!r}: agents must be >= 1, got {self.agents}")
+        if self.group_size < 1:
+            raise ValueError(
+                f"Environment {self.name!r}: group_size must be >= 1, got {self.group_size}"
+            )
+
+    def draw_parameters(self, group_index: int, seed: int) -> dict[str, Any]:
+        """The parameters of group `group_index` (deterministic given the run's seed)."""
+        if callable(self.parameters):
+            return dict(self.parameters(random.Random(seed * 7919 + group_index)))
+        items = list(self.parameters)
+        if not items:
+            raise ValueError(f"Environment {self.name!r}: parameters is empty")
+        return dict(items[group_index % len(items)])
