@@ -1,0 +1,96 @@
+"""`rollout env check`: play one episode of an environment and report contract problems by name.
+
+Every seat of one episode is played against a model (the scripted one by default). Problems are
+collected, not raised: a missing `start`, wrong return types, exceptions (with the task's own
+traceback), rewards that are not finite, parameters that cannot be drawn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import traceback
+from dataclasses import dataclass, field
+
+from rollout.harness.core import Environment, RunContext
+from rollout.harness.errors import TaskError
+from rollout.runners.episode import Complete, SeatResult, make_task, play_seat
+
+
+@dataclass
+class SeatReport:
+    agent: int
+    result: SeatResult | None = None
+    problem: str | None = None
+    traceback: str | None = None
+
+
+@dataclass
+class CheckReport:
+    environment: str
+    parameters: dict[str, object] = field(default_factory=dict)
+    seats: list[SeatReport] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems and all(seat.problem is None for seat in self.seats)
+
+    def all_problems(self) -> list[str]:
+        seat_problems = [f"agent {s.agent}: {s.problem}" for s in self.seats if s.problem]
+        return [*self.problems, *seat_problems]
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "environment": self.environment,
+            "ok": self.ok,
+            "parameters": self.parameters,
+            "problems": self.all_problems(),
+            "seats": [
+                {
+                    "agent": seat.agent,
+                    "reward": None if seat.result is None else seat.result.reward,
+                    "turns": None if seat.result is None else seat.result.turns,
+                    "problem": seat.problem,
+                    "traceback": seat.traceback,
+                }
+                for seat in self.seats
+            ],
+        }
+
+
+async def check_environment(environment: Environment, complete: Complete, seed: int = 0) -> CheckReport:
+    """Play one episode (every seat concurrently) and collect contract problems."""
+    report = CheckReport(environment=environment.name)
+    try:
+        parameters = environment.draw_parameters(0, seed)
+    except Exception as error:
+        report.problems.append(
+            f"drawing parameters raised {type(error).__name__}: {error}\n{traceback.format_exc()}"
+        )
+        return report
+    report.parameters = parameters
+    if not hasattr(environment.task, "start") or getattr(
+        environment.task.start, "__isabstractmethod__", False
+    ):
+        report.problems.append(f"{environment.task.__name__} does not define start()")
+        return report
+
+    async def play(agent: int) -> SeatReport:
+        seat = SeatReport(agent=agent)
+        run = RunContext(
+            run_id="env-check",
+            episode_id="env-check-episode",
+            agent=agent,
+            seed=seed,
+            agents=environment.agents,
+        )
+        try:
+            task = make_task(environment, parameters)
+            seat.result = await play_seat(environment, task, run, complete)
+        except TaskError as error:
+            seat.problem = str(error)
+            seat.traceback = error.traceback
+        return seat
+
+    report.seats = list(await asyncio.gather(*(play(a) for a in range(environment.agents))))
+    return report

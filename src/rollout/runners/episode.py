@@ -1,0 +1,156 @@
+"""Play one agent seat of one episode: Task <-> model, turn by turn.
+
+`play_seat` is shared by the runner (which samples through the gateway with the seat's key) and
+by `rollout env check` (which samples from the scripted model directly). It enforces the Task
+contract and reports violations by name.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import traceback
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from rolloutlib.graders import Score
+
+from rollout.contracts import Message, ToolSpec
+from rollout.harness.core import End, Environment, Observation, RunContext, Task
+from rollout.harness.errors import TaskError
+
+Complete = Callable[[Sequence[Message], Sequence[ToolSpec], Mapping[str, Any]], Awaitable[Message]]
+"""Samples the assistant's next message for a conversation, tools and sampling settings."""
+
+
+@dataclass
+class SeatResult:
+    """How one seat ended: its `End`, the conversation, and how many model turns it took."""
+
+    end: End
+    messages: list[Message]
+    turns: int
+    truncated: bool = False
+    seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def reward(self) -> float:
+        return self.end.value
+
+    def score_json(self) -> dict[str, Any] | None:
+        reward = self.end.reward
+        return reward.as_info()["score"] if isinstance(reward, Score) else None
+
+
+def _task_name(task: Task) -> str:
+    return type(task).__name__
+
+
+def _check_observation(task: Task, method: str, value: object) -> Observation:
+    if not isinstance(value, Observation):
+        raise TaskError(
+            f"{_task_name(task)}.{method} must return an Observation or End, "
+            f"got {type(value).__name__}: {value!r:.200}"
+        )
+    for index, message in enumerate(value.messages):
+        if not isinstance(message, Message):
+            raise TaskError(
+                f"{_task_name(task)}.{method} returned an Observation whose messages[{index}] "
+                f"is {type(message).__name__}, not a Message"
+            )
+    if isinstance(value, End):
+        reward = value.reward
+        if isinstance(reward, bool) or not isinstance(reward, (int, float, Score)):
+            raise TaskError(
+                f"{_task_name(task)}.{method} returned End(reward={reward!r}): reward must be a "
+                f"number or a rolloutlib Score"
+            )
+        if not math.isfinite(value.value):
+            raise TaskError(
+                f"{_task_name(task)}.{method} returned End(reward={value.value!r}): reward is "
+                f"not finite"
+            )
+        for key, metric in value.metrics.items():
+            if not isinstance(metric, (int, float)) or not math.isfinite(float(metric)):
+                raise TaskError(
+                    f"{_task_name(task)}.{method} returned End with metric {key!r}={metric!r}: "
+                    f"metrics must be finite numbers"
+                )
+    return value
+
+
+async def _call_task(task: Task, method: str, *args: Any) -> Observation:
+    function = getattr(task, method, None)
+    if function is None:
+        raise TaskError(f"{_task_name(task)} has no {method}() method")
+    try:
+        result = function(*args)
+        if not hasattr(result, "__await__"):
+            raise TaskError(
+                f"{_task_name(task)}.{method} must be `async def` (returned "
+                f"{type(result).__name__} instead of an awaitable)"
+            )
+        value = await result
+    except TaskError:
+        raise
+    except NotImplementedError as error:
+        raise TaskError(f"{_task_name(task)}.{method} is not implemented: {error}") from error
+    except Exception as error:
+        raise TaskError(
+            f"{_task_name(task)}.{method} raised {type(error).__name__}: {error}",
+            traceback=traceback.format_exc(),
+        ) from error
+    return _check_observation(task, method, value)
+
+
+def make_task(environment: Environment, parameters: Mapping[str, Any]) -> Task:
+    """Instantiate the environment's Task, reporting constructor errors as TaskError."""
+    try:
+        return environment.task(parameters)
+    except Exception as error:
+        raise TaskError(
+            f"{environment.task.__name__}({dict(parameters)!r:.200}) raised "
+            f"{type(error).__name__}: {error}",
+            traceback=traceback.format_exc(),
+        ) from error
+
+
+async def play_seat(
+    environment: Environment,
+    task: Task,
+    run: RunContext,
+    complete: Complete,
+    sampling: Mapping[str, Any] | None = None,
+) -> SeatResult:
+    """Play one seat to its End (or to `environment.max_turns` model turns: reward 0, truncated)."""
+    began = time.monotonic()
+    messages: list[Message] = []
+    if environment.system_prompt:
+        messages.append(Message.system(environment.system_prompt))
+    tools: tuple[ToolSpec, ...] = ()
+    settings = {**environment.sampling, **(sampling or {})}
+    turns = 0
+    try:
+        observation = await _call_task(task, "start", run)
+        while True:
+            messages.extend(observation.messages)
+            if isinstance(observation, End):
+                return SeatResult(observation, messages, turns, seconds=time.monotonic() - began)
+            if observation.tools is not None:
+                tools = observation.tools
+            if turns >= environment.max_turns:
+                end = End(reward=0.0, metrics={"truncated": 1.0})
+                return SeatResult(
+                    end, messages, turns, truncated=True, seconds=time.monotonic() - began
+                )
+            reply = await complete(messages, tools, settings)
+            turns += 1
+            messages.append(reply)
+            observation = await _call_task(task, "respond", run, reply)
+    finally:
+        try:
+            await task.close(run)
+        except Exception as error:  # a failing close must not hide the episode's outcome
+            run.logger.warning("%s.close raised %r", _task_name(task), error)

@@ -1,0 +1,163 @@
+"""The runner role: claim agent seats from the ledger and play them through the gateway.
+
+A runner holds no state another process depends on. It claims a seat (a fenced lease with an
+attempt number), heartbeats while it plays, and records the seat's end under that attempt. If it
+dies, the claim expires and another runner plays a new attempt; the dead attempt's turns are
+never trained on, and a revived runner's late writes are rejected (`StaleFence`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from rollout.contracts import Message, ToolSpec
+from rollout.harness.core import Environment, RunContext
+from rollout.harness.errors import RolloutError, TaskError
+from rollout.harness.loading import load_environment
+from rollout.ledger import Ledger, StaleFence
+from rollout.ledger.api import SeatClaim
+from rollout.runners.client import GatewayClient
+from rollout.runners.episode import SeatResult, make_task, play_seat
+
+log = logging.getLogger("rollout.runner")
+
+
+def default_runner_id() -> str:
+    return f"runner-{socket.gethostname()}-{os.getpid()}"
+
+
+class Runner:
+    """Plays up to `concurrency` seats at once until stopped."""
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        gateway_url: str,
+        *,
+        runner_id: str | None = None,
+        run_id: str | None = None,
+        concurrency: int = 8,
+        lease_seconds: float = 30.0,
+        idle_wait: float = 1.0,
+    ) -> None:
+        self.ledger = ledger
+        self.gateway_url = gateway_url
+        self.runner_id = runner_id or default_runner_id()
+        self.run_id = run_id
+        self.concurrency = concurrency
+        self.lease_seconds = lease_seconds
+        self.idle_wait = idle_wait
+        self.client = GatewayClient(gateway_url)
+        self._environments: dict[str, Environment] = {}
+        self._run_environment: dict[str, str] = {}
+        self.seats_played = 0
+
+    async def environment_for(self, run_id: str) -> Environment:
+        spec = self._run_environment.get(run_id)
+        if spec is None:
+            spec = (await self.ledger.get_run(run_id)).environment
+            self._run_environment[run_id] = spec
+        if spec not in self._environments:
+            self._environments[spec] = load_environment(spec)
+        return self._environments[spec]
+
+    async def run(self, stop: asyncio.Event, max_seats: int | None = None) -> None:
+        """Claim and play seats until `stop` is set (or `max_seats` were played)."""
+        active: set[asyncio.Task[None]] = set()
+        try:
+            while not stop.is_set():
+                if max_seats is not None and self.seats_played + len(active) >= max_seats:
+                    if not active:
+                        return
+                    await asyncio.wait(active, return_when=asyncio.FIRST_COMPLETED)
+                    continue
+                if len(active) >= self.concurrency:
+                    await asyncio.wait(active, return_when=asyncio.FIRST_COMPLETED)
+                    continue
+                claim = await self.ledger.claim_seat(
+                    self.runner_id, run_id=self.run_id, lease_seconds=self.lease_seconds
+                )
+                if claim is None:
+                    await self.ledger.wait("episodes", timeout=self.idle_wait)
+                    continue
+                task = asyncio.create_task(self.play(claim))
+                active.add(task)
+                task.add_done_callback(active.discard)
+        finally:
+            for task in active:
+                task.cancel()
+            await asyncio.gather(*active, return_exceptions=True)
+
+    async def play(self, claim: SeatClaim) -> SeatResult | None:
+        """Play one claimed seat and record its end (fenced by the claim's attempt)."""
+        heartbeat = asyncio.create_task(self._heartbeat(claim))
+        try:
+            result = await self._play(claim)
+        except StaleFence:
+            log.warning(
+                "seat %s/%s attempt %s was taken over", claim.episode_id, claim.agent, claim.attempt
+            )
+            return None
+        finally:
+            heartbeat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await heartbeat
+        self.seats_played += 1
+        if isinstance(result, SeatResult):
+            metrics = {**result.end.metrics, "turns": float(result.turns)}
+            await self.ledger.end_seat(
+                claim, reward=result.reward, score=result.score_json(), metrics=metrics
+            )
+            return result
+        await self.ledger.end_seat(claim, reward=0.0, status="failed", error=result)
+        return None
+
+    async def _play(self, claim: SeatClaim) -> SeatResult | str:
+        try:
+            environment = await self.environment_for(claim.run_id)
+            settings = await self.ledger.settings(claim.run_id)
+            context = RunContext(
+                run_id=claim.run_id,
+                episode_id=claim.episode_id,
+                agent=claim.agent,
+                seed=claim.seed,
+                attempt=claim.attempt,
+                agents=claim.agents,
+                gateway_url=self.gateway_url,
+                api_key=claim.api_key,
+                logger=logging.getLogger(f"rollout.task.{environment.name}"),
+            )
+            task = make_task(environment, claim.parameters)
+
+            async def complete(
+                messages: Sequence[Message], tools: Sequence[ToolSpec], sampling: Mapping[str, Any]
+            ) -> Message:
+                return await self.client.complete(claim.api_key, messages, tools, sampling)
+
+            sampling = dict(settings.get("sampling") or {})
+            return await play_seat(environment, task, context, complete, sampling)
+        except StaleFence:
+            raise
+        except TaskError as error:
+            log.warning("seat %s/%s failed: %s", claim.episode_id, claim.agent, error)
+            return f"{error}\n{error.traceback or ''}".strip()
+        except RolloutError as error:
+            return str(error)
+
+    async def _heartbeat(self, claim: SeatClaim) -> None:
+        while True:
+            await asyncio.sleep(self.lease_seconds / 3)
+            try:
+                await self.ledger.heartbeat(claim, self.lease_seconds)
+            except StaleFence:
+                log.warning("lost seat %s/%s", claim.episode_id, claim.agent)
+                return
+
+    async def close(self) -> None:
+        await self.client.close()
