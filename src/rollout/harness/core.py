@@ -112,6 +112,7 @@ class Task(ABC):
 
 
 ParameterSource = Sequence[Parameters] | Callable[[random.Random], Parameters]
+WarmupExample = Callable[[random.Random], tuple[Sequence[Message], str]]
 
 
 @dataclass(frozen=True)
@@ -133,6 +134,12 @@ class Environment:
     system_prompt: str | None = None
     sampling: Mapping[str, Any] = field(default_factory=dict)
     """Default sampling settings for this environment (max_tokens, temperature, ...)."""
+    warmup: WarmupExample | None = None
+    """Format-only warm-up: draws (conversation, reply of the right shape with random content).
+
+    `rollout train` can take a few supervised steps on these before RL so that a tiny random model
+    answers in the right format; the replies must carry no task information.
+    """
 
     def __post_init__(self) -> None:
         if not isinstance(self.task, type) or not issubclass(self.task, Task):

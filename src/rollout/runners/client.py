@@ -6,7 +6,9 @@ use, with the seat's own key, so every turn is recorded the same way whoever dri
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -70,8 +72,11 @@ def message_from_openai(choice_message: Mapping[str, Any]) -> Message:
 class GatewayClient:
     """Calls `POST {base_url}/chat/completions` with one seat's key."""
 
-    def __init__(self, base_url: str, *, timeout: float = 600.0) -> None:
+    def __init__(
+        self, base_url: str, *, timeout: float = 600.0, retry_seconds: float = 120.0
+    ) -> None:
         self.base_url = base_url.rstrip("/")
+        self.retry_seconds = retry_seconds
         self._http = httpx.AsyncClient(timeout=timeout)
 
     async def complete(
@@ -89,14 +94,25 @@ class GatewayClient:
         }
         if tools:
             body["tools"] = [tool_to_openai(t) for t in tools]
-        response = await self._http.post(
-            f"{self.base_url}/chat/completions",
-            content=json.dumps(body),
-            headers={"Authorization": f"Bearer {api_key}", "Content-Type": "application/json"},
-        )
-        if response.status_code != 200:
-            raise GatewayCallError(response.status_code, response.text)
-        return message_from_openai(response.json()["choices"][0]["message"])
+        content = json.dumps(body)
+        headers = {"Authorization": f"Bearer {api_key}", "Content-Type": "application/json"}
+        deadline = time.monotonic() + self.retry_seconds
+        while True:
+            try:
+                response = await self._http.post(
+                    f"{self.base_url}/chat/completions", content=content, headers=headers
+                )
+            except httpx.TransportError:  # the gateway is restarting: wait for it
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.5)
+                continue
+            if response.status_code in (502, 503, 504) and time.monotonic() < deadline:
+                await asyncio.sleep(0.5)
+                continue
+            if response.status_code != 200:
+                raise GatewayCallError(response.status_code, response.text)
+            return message_from_openai(response.json()["choices"][0]["message"])
 
     async def close(self) -> None:
         await self._http.aclose()

@@ -38,7 +38,7 @@ class Runner:
     def __init__(
         self,
         ledger: Ledger,
-        gateway_url: str,
+        gateway_url: str | None = None,
         *,
         runner_id: str | None = None,
         run_id: str | None = None,
@@ -53,10 +53,21 @@ class Runner:
         self.concurrency = concurrency
         self.lease_seconds = lease_seconds
         self.idle_wait = idle_wait
-        self.client = GatewayClient(gateway_url)
+        self._clients: dict[str, GatewayClient] = {}
         self._environments: dict[str, Environment] = {}
         self._run_environment: dict[str, str] = {}
         self.seats_played = 0
+
+    async def client_for(self, run_id: str) -> GatewayClient:
+        """The gateway client for a run: the fixed URL, or the run's `gateway_url` setting."""
+        url = self.gateway_url
+        if url is None:
+            url = (await self.ledger.settings(run_id)).get("gateway_url")
+            if not url:
+                raise RolloutError(f"run {run_id} has no gateway_url setting (is its gateway up?)")
+        if url not in self._clients:
+            self._clients[url] = GatewayClient(url)
+        return self._clients[url]
 
     async def environment_for(self, run_id: str) -> Environment:
         spec = self._run_environment.get(run_id)
@@ -121,6 +132,7 @@ class Runner:
     async def _play(self, claim: SeatClaim) -> SeatResult | str:
         try:
             environment = await self.environment_for(claim.run_id)
+            client = await self.client_for(claim.run_id)
             settings = await self.ledger.settings(claim.run_id)
             context = RunContext(
                 run_id=claim.run_id,
@@ -129,7 +141,7 @@ class Runner:
                 seed=claim.seed,
                 attempt=claim.attempt,
                 agents=claim.agents,
-                gateway_url=self.gateway_url,
+                gateway_url=client.base_url,
                 api_key=claim.api_key,
                 logger=logging.getLogger(f"rollout.task.{environment.name}"),
             )
@@ -138,7 +150,7 @@ class Runner:
             async def complete(
                 messages: Sequence[Message], tools: Sequence[ToolSpec], sampling: Mapping[str, Any]
             ) -> Message:
-                return await self.client.complete(claim.api_key, messages, tools, sampling)
+                return await client.complete(claim.api_key, messages, tools, sampling)
 
             sampling = dict(settings.get("sampling") or {})
             return await play_seat(environment, task, context, complete, sampling)
@@ -160,4 +172,5 @@ class Runner:
                 return
 
     async def close(self) -> None:
-        await self.client.close()
+        for client in self._clients.values():
+            await client.close()

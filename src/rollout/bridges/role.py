@@ -1,0 +1,54 @@
+"""The bridge role: follow checkpoints and convert each for every backend its run serves on."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from rollout.blobs import BlobStore
+from rollout.bridges.convert import convert_checkpoint
+from rollout.ledger import Ledger
+
+log = logging.getLogger("rollout.bridge")
+
+
+class Bridge:
+    def __init__(self, ledger: Ledger, blobs: BlobStore, *, poll: float = 2.0) -> None:
+        self.ledger = ledger
+        self.blobs = blobs
+        self.poll = poll
+        self._done: set[tuple[str, int, str]] = set()
+
+    async def sync_once(self) -> int:
+        """Convert every checkpoint that lacks a conversion. Returns how many were made."""
+        made = 0
+        for run in await self.ledger.list_runs():
+            settings = await self.ledger.settings(run.run_id)
+            if settings.get("finished"):
+                continue
+            backends = [str(run.config.get("backend", "local"))]
+            for checkpoint in await self.ledger.checkpoints(run.run_id):
+                for backend in backends:
+                    key = (run.run_id, checkpoint.version, backend)
+                    if key in self._done:
+                        continue
+                    done = await self.ledger.conversions(run.run_id, checkpoint.version)
+                    if backend not in done:
+                        uri = await asyncio.to_thread(
+                            convert_checkpoint, self.blobs, checkpoint.uri, backend
+                        )
+                        await self.ledger.record_conversion(
+                            run.run_id, checkpoint.version, backend, uri
+                        )
+                        made += 1
+                        log.info("converted %s v%s for %s", run.run_id, checkpoint.version, backend)
+                    self._done.add(key)
+        return made
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                await self.sync_once()
+            except Exception:
+                log.exception("conversion failed; retrying")
+            await self.ledger.wait("checkpoints", timeout=self.poll)

@@ -1,0 +1,109 @@
+"""The inference server role (`rollout inference`): serve one run's policy and follow its
+serving records.
+
+It answers `POST /sample` (prompt tokens + SamplingParams -> Completion) and `GET /health`.
+A follower task watches the run's serving record; when it names a new version, the server
+fetches that checkpoint's converted files from the blob store, loads them between batches (no
+restart), and acknowledges in the ledger what it serves now. Every completion reports the version
+that sampled it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Any, Protocol
+
+from fastapi import FastAPI, HTTPException
+from pydantic import BaseModel, ValidationError
+
+from rollout.blobs import BlobStore
+from rollout.contracts import SamplingParams
+from rollout.inference.base import InferenceBackend
+from rollout.inference.remote import completion_to_json
+from rollout.ledger import Ledger
+
+log = logging.getLogger("rollout.inference")
+
+BACKEND_NAME = "local"
+
+
+class WeightLoader(Protocol):
+    async def load_weights(self, path: str | Path, version: int) -> None: ...
+
+
+class SampleRequest(BaseModel):
+    prompt_tokens: list[int]
+    params: dict[str, Any] = {}
+
+
+def create_inference_app(backend: InferenceBackend, *, model: str) -> FastAPI:
+    app = FastAPI(title="rollout inference", docs_url=None, redoc_url=None)
+
+    @app.post("/sample")
+    async def sample(request: SampleRequest) -> dict[str, Any]:
+        try:
+            params = SamplingParams.model_validate(request.params)
+        except ValidationError as error:
+            raise HTTPException(422, detail=str(error)) from error
+        if not request.prompt_tokens:
+            raise HTTPException(422, detail="prompt_tokens is empty")
+        completion = await backend.sample(request.prompt_tokens, params)
+        return completion_to_json(completion)
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        return {"status": "ok", "model": model, "version": backend.version}
+
+    return app
+
+
+class ServingFollower:
+    """Loads what the run's serving record names and acknowledges it."""
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        backend: WeightLoader,
+        *,
+        run_id: str,
+        server_id: str,
+        blobs: BlobStore,
+        cache_dir: Path,
+        poll: float = 2.0,
+    ) -> None:
+        self.ledger = ledger
+        self.backend = backend
+        self.run_id = run_id
+        self.server_id = server_id
+        self.blobs = blobs
+        self.cache_dir = cache_dir
+        self.poll = poll
+        self.serving_version: int | None = None
+
+    async def sync_once(self) -> bool:
+        """Load the current serving record if it is new. True if something was loaded."""
+        record = await self.ledger.serving(self.run_id)
+        if record is None or record.version == self.serving_version:
+            return False
+        uri = record.uris.get(BACKEND_NAME)
+        if uri is None:
+            log.warning("serving record v%s has no %r files", record.version, BACKEND_NAME)
+            return False
+        local = self.cache_dir / f"v{record.version}"
+        if not local.exists():
+            await asyncio.to_thread(self.blobs.get_dir, uri, local)
+        await self.backend.load_weights(local, record.version)
+        self.serving_version = record.version
+        await self.ledger.ack_serving(self.run_id, self.server_id, record.version)
+        log.info("serving v%s", record.version)
+        return True
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                await self.sync_once()
+            except Exception:  # keep serving the old weights; retry on the next wake-up
+                log.exception("could not load the serving record")
+            await self.ledger.wait("serving", timeout=self.poll)

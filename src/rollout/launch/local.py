@@ -1,0 +1,195 @@
+"""`rollout up`: every role of the platform on one machine, under one supervisor.
+
+Global roles: the bridge and the runners. Per active run: an inference server, a gateway and a
+trainer. Each role is a separate `rollout <role>` process with the ledger's URL in its
+environment; its output goes to `<state_dir>/logs/<role>.log`. A role that dies is restarted
+(with back-off); because every role is a follower of the ledger and the blob store, a restart
+loses nothing. Ports are chosen once per run and recorded as run settings (`inference_url`,
+`gateway_url`), so a restarted role comes back at the same address.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rollout.launch.http import free_port
+from rollout.ledger import Ledger
+
+log = logging.getLogger("rollout.up")
+
+
+@dataclass
+class ManagedProcess:
+    name: str
+    argv: list[str]
+    log_path: Path
+    env: dict[str, str]
+    process: subprocess.Popen[bytes] | None = None
+    restarts: int = 0
+    next_start: float = 0.0
+    started_at: float = 0.0
+    history: list[int] = field(default_factory=list)
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        out = self.log_path.open("ab")
+        self.process = subprocess.Popen(
+            self.argv, stdout=out, stderr=subprocess.STDOUT, env=self.env, start_new_session=True
+        )
+        out.close()
+        self.started_at = time.monotonic()
+        log.info("started %s (pid %s)", self.name, self.process.pid)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def role_argv(*args: str) -> list[str]:
+    return [sys.executable, "-m", "rollout.cli", *args]
+
+
+class LocalSupervisor:
+    """Keeps the roles of the selected runs alive until stopped (or until those runs finish)."""
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        database_url: str,
+        state_dir: Path,
+        *,
+        runs: list[str] | None = None,
+        until_finished: bool = False,
+        runners: int | None = None,
+    ) -> None:
+        self.ledger = ledger
+        self.database_url = database_url
+        self.state_dir = state_dir
+        self.run_filter = runs
+        self.until_finished = until_finished
+        self.runner_count = runners
+        self.processes: dict[str, ManagedProcess] = {}
+        env = dict(os.environ)
+        env["ROLLOUT_DATABASE_URL"] = database_url
+        env["ROLLOUT_STATE_DIR"] = str(state_dir)
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        self.env = env
+
+    def _ensure(self, name: str, argv: list[str]) -> ManagedProcess:
+        managed = self.processes.get(name)
+        if managed is None:
+            managed = ManagedProcess(
+                name, argv, self.state_dir / "logs" / f"{name}.log", dict(self.env)
+            )
+            self.processes[name] = managed
+        now = time.monotonic()
+        if not managed.alive() and now >= managed.next_start:
+            if managed.process is not None:
+                code = managed.process.returncode
+                managed.history.append(code)
+                managed.restarts += 1
+                log.warning("%s exited with %s; restarting", name, code)
+            managed.start()
+            managed.next_start = now + min(30.0, 0.5 * 2 ** min(managed.restarts, 6))
+        return managed
+
+    def _retire(self, name: str) -> None:
+        managed = self.processes.pop(name, None)
+        if managed is not None:
+            managed.stop()
+
+    async def _run_urls(self, run_id: str) -> tuple[str, str]:
+        settings = await self.ledger.settings(run_id)
+        urls = []
+        for key in ("inference_url", "gateway_url"):
+            url = settings.get(key)
+            if not url:
+                url = f"http://127.0.0.1:{free_port()}"
+                await self.ledger.set_setting(run_id, key, url)
+            urls.append(str(url))
+        return urls[0], urls[1]
+
+    async def reconcile(self) -> bool:
+        """Start/restart/retire processes. Returns False when there is nothing left to do."""
+        runs = await self.ledger.list_runs()
+        if self.run_filter is not None:
+            runs = [r for r in runs if r.run_id in self.run_filter or r.name in self.run_filter]
+        active = []
+        for run in runs:
+            if run.config.get("kind", "train") != "train":
+                continue
+            settings = await self.ledger.settings(run.run_id)
+            if settings.get("finished"):
+                for role in ("inference", "gateway", "trainer"):
+                    self._retire(f"{role}-{run.name}")
+                continue
+            active.append(run)
+        if self.until_finished and not active:
+            return False
+        self._ensure("bridge", role_argv("bridge"))
+        wanted_runners = self.runner_count or max(
+            [int(r.config.get("training", {}).get("runners", 1)) for r in active] or [1]
+        )
+        concurrency = max(
+            [int(r.config.get("training", {}).get("runner_concurrency", 32)) for r in active]
+            or [32]
+        )
+        for index in range(wanted_runners):
+            self._ensure(
+                f"runner-{index}",
+                role_argv("runner", "--concurrency", str(concurrency), "--name", f"runner-{index}"),
+            )
+        for run in active:
+            inference_url, gateway_url = await self._run_urls(run.run_id)
+            self._ensure(
+                f"inference-{run.name}",
+                role_argv("inference", "--run", run.run_id, "--port", inference_url.rsplit(":", 1)[1]),
+            )
+            self._ensure(
+                f"gateway-{run.name}",
+                role_argv("gateway", "--run", run.run_id, "--port", gateway_url.rsplit(":", 1)[1]),
+            )
+            self._ensure(f"trainer-{run.name}", role_argv("trainer", "--run", run.run_id))
+        return True
+
+    async def run(self, stop: asyncio.Event) -> None:
+        try:
+            while not stop.is_set():
+                if not await self.reconcile():
+                    return
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), timeout=1.0)
+        finally:
+            self.stop_all()
+
+    def stop_all(self) -> None:
+        for managed in list(self.processes.values()):
+            if managed.process is not None and managed.process.poll() is None:
+                managed.process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 15
+        for managed in self.processes.values():
+            if managed.process is None:
+                continue
+            try:
+                managed.process.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                managed.process.kill()
+                managed.process.wait()

@@ -1,0 +1,151 @@
+"""The long-running roles behind `rollout inference|gateway|trainer|runner|bridge|up`.
+
+Each takes a stop event and returns when it is set. All of them find each other through the
+ledger: the database URL comes from ROLLOUT_DATABASE_URL (or the embedded Postgres).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from pathlib import Path
+
+from rollout.blobs import BlobStore
+from rollout.launch.state import blob_url, state_dir
+from rollout.ledger import Ledger
+
+log = logging.getLogger("rollout.roles")
+
+
+async def _connect() -> Ledger:
+    return await Ledger.connect(state_dir=str(state_dir()))
+
+
+async def inference(stop: asyncio.Event, *, run: str, host: str, port: int) -> None:
+    from rollout.inference.local import LocalBackend
+    from rollout.inference.server import ServingFollower, create_inference_app
+    from rollout.launch.http import AppServer
+
+    ledger = await _connect()
+    try:
+        record = await ledger.get_run(run)
+        model_dir = Path(record.config["model_path"])
+        backend = LocalBackend(model_dir, device=record.config.get("device", "cpu"))
+        server = AppServer(create_inference_app(backend, model=str(model_dir)), host=host, port=port)
+        await server.start()
+        log.info("inference for %s at %s", record.run_id, server.url)
+        follower = ServingFollower(
+            ledger,
+            backend,
+            run_id=record.run_id,
+            server_id=server.url,
+            blobs=BlobStore.from_url(blob_url()),
+            cache_dir=state_dir() / "cache" / record.run_id / f"inference-{os.getpid()}",
+        )
+        try:
+            await follower.run(stop)
+        finally:
+            await server.stop()
+            await backend.close()
+    finally:
+        await ledger.close()
+
+
+async def gateway(stop: asyncio.Event, *, run: str, host: str, port: int) -> None:
+    from rollout.gateway.app import create_app
+    from rollout.inference.remote import RemoteBackend
+    from rollout.launch.http import AppServer
+    from rollout.rendering import HFRenderer
+    from rollout.training.lag import LagGate
+
+    ledger = await _connect()
+    try:
+        record = await ledger.get_run(run)
+        settings = await ledger.settings(record.run_id)
+        inference_url = settings.get("inference_url")
+        while not inference_url and not stop.is_set():
+            await ledger.wait("settings", timeout=1.0)
+            inference_url = (await ledger.settings(record.run_id)).get("inference_url")
+        if stop.is_set():
+            return
+        backend = RemoteBackend(str(inference_url))
+        renderer = HFRenderer(Path(record.config["model_path"]))
+        gate = LagGate(ledger, record.run_id, default_max_lag=int(settings.get("max_lag", 1)))
+
+        async def admission(_key: object) -> None:
+            await gate.admit()
+
+        app = create_app(ledger, renderer, backend, model_name=record.name, admission=admission)
+        server = AppServer(app, host=host, port=port)
+        await server.start()
+        log.info("gateway for %s at %s/v1", record.run_id, server.url)
+        try:
+            await stop.wait()
+        finally:
+            await server.stop()
+            await backend.close()
+    finally:
+        await ledger.close()
+
+
+async def trainer(stop: asyncio.Event, *, run: str) -> None:
+    from rollout.training.loop import Trainer
+
+    ledger = await _connect()
+    try:
+        record = await ledger.get_run(run)
+        work = state_dir() / "cache" / record.run_id / f"trainer-{os.getpid()}"
+        await Trainer(ledger, BlobStore.from_url(blob_url()), record.run_id, work_dir=work).run(
+            stop
+        )
+        if not stop.is_set():  # finished: stay until told to stop, so the supervisor is calm
+            await stop.wait()
+    finally:
+        await ledger.close()
+
+
+async def runner(
+    stop: asyncio.Event, *, run: str | None, concurrency: int, name: str | None
+) -> None:
+    from rollout.runners.runner import Runner, default_runner_id
+
+    ledger = await _connect()
+    try:
+        run_id = (await ledger.get_run(run)).run_id if run else None
+        worker = Runner(
+            ledger,
+            runner_id=f"{name or default_runner_id()}-{os.getpid()}",
+            run_id=run_id,
+            concurrency=concurrency,
+        )
+        try:
+            await worker.run(stop)
+        finally:
+            await worker.close()
+    finally:
+        await ledger.close()
+
+
+async def bridge(stop: asyncio.Event) -> None:
+    from rollout.bridges import Bridge
+
+    ledger = await _connect()
+    try:
+        await Bridge(ledger, BlobStore.from_url(blob_url())).run(stop)
+    finally:
+        await ledger.close()
+
+
+async def supervise(stop: asyncio.Event, *, runs: list[str] | None, until_finished: bool) -> None:
+    from rollout.launch.local import LocalSupervisor
+    from rollout.ledger import database_url
+
+    url = await asyncio.to_thread(database_url, str(state_dir()))
+    ledger = await Ledger.connect(url)
+    try:
+        await LocalSupervisor(ledger, url, state_dir(), runs=runs, until_finished=until_finished).run(
+            stop
+        )
+    finally:
+        await ledger.close()

@@ -1,0 +1,97 @@
+"""`rollout run`: one episode, end to end, in one process.
+
+It starts (or reuses) the embedded ledger, serves the model behind an in-process gateway on
+loopback, and plays every seat of one episode through it exactly as a runner would, so the
+episode's turns are recorded like any other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from rollout.gateway.app import create_app
+from rollout.harness.errors import RolloutError
+from rollout.harness.loading import load_environment
+from rollout.inference.factory import load_model
+from rollout.launch.http import AppServer
+from rollout.launch.state import state_dir
+from rollout.ledger import Ledger
+from rollout.ledger.api import EpisodeSpec
+from rollout.runners.runner import Runner
+
+
+async def play_one_episode(spec: str, *, model: str = "scripted", seed: int = 0) -> dict[str, Any]:
+    """Play one episode of `spec` against `model`; return its transcript and outcome."""
+    environment = load_environment(spec)
+    renderer, backend = load_model(model)
+    ledger = await Ledger.connect(state_dir=str(state_dir()))
+    try:
+        run = await ledger.create_run(
+            f"{environment.name}-run-{time.strftime('%Y%m%d-%H%M%S')}-{seed}",
+            spec,
+            {"kind": "single", "model": model},
+        )
+        parameters = environment.draw_parameters(0, seed)
+        (episode_id,) = await ledger.add_episodes(
+            run.run_id,
+            [
+                EpisodeSpec(
+                    group_index=0,
+                    member=0,
+                    parameters=parameters,
+                    seed=seed,
+                    agents=environment.agents,
+                    kind="playground",
+                )
+            ],
+        )
+        app = create_app(ledger, renderer, backend, model_name=model)
+        server = await AppServer(app).start()
+        runner = Runner(ledger, f"{server.url}/v1", run_id=run.run_id, runner_id="rollout-run")
+        try:
+            claims = []
+            for _ in range(environment.agents):
+                claim = await ledger.claim_seat(runner.runner_id, run_id=run.run_id)
+                if claim is None:
+                    raise RolloutError(f"could not claim a seat of episode {episode_id}")
+                claims.append(claim)
+            results = await asyncio.gather(*(runner.play(c) for c in claims))
+        finally:
+            await runner.close()
+            await server.stop()
+        record = await ledger.episode(episode_id)
+    finally:
+        await ledger.close()
+        await backend.close()
+    ends = {end.agent: end for end in record.ends}
+    seats = []
+    for claim, result in zip(claims, results, strict=True):
+        end = ends.get(claim.agent)
+        seats.append(
+            {
+                "agent": claim.agent,
+                "status": end.status if end else "unknown",
+                "reward": end.reward if end else 0.0,
+                "error": end.error if end else None,
+                "turns": 0 if result is None else result.turns,
+                "messages": []
+                if result is None
+                else [
+                    {
+                        "role": m.role,
+                        "text": m.text,
+                        "tool_calls": [c.model_dump() for c in m.tool_calls],
+                    }
+                    for m in result.messages
+                ],
+            }
+        )
+    return {
+        "run_id": run.run_id,
+        "run_name": run.name,
+        "episode_id": episode_id,
+        "parameters": parameters,
+        "seats": seats,
+    }

@@ -1,0 +1,141 @@
+"""Ledger queries shaped for display: plain dicts, JSON-ready."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rollout.contracts import Turn
+from rollout.ledger import Ledger
+from rollout.ledger.api import EpisodeRecord
+
+
+def turn_json(turn: Turn) -> dict[str, Any]:
+    return {
+        "agent": turn.agent,
+        "attempt": turn.attempt,
+        "index": turn.index,
+        "version": turn.version,
+        "stop_reason": turn.stop_reason,
+        "extends_previous": turn.extends_previous,
+        "temperature": turn.temperature,
+        "started_at": turn.started_at,
+        "ended_at": turn.ended_at,
+        "prompt_tokens": list(turn.prompt_tokens),
+        "completion_tokens": list(turn.completion_tokens),
+        "logprobs": list(turn.logprobs),
+        "request": turn.request,
+    }
+
+
+def episode_json(episode: EpisodeRecord) -> dict[str, Any]:
+    return {
+        "episode_id": episode.episode_id,
+        "run_id": episode.run_id,
+        "group_index": episode.group_index,
+        "member": episode.member,
+        "kind": episode.kind,
+        "seed": episode.seed,
+        "agents": episode.agents,
+        "parameters": episode.parameters,
+        "ends": [
+            {
+                "agent": end.agent,
+                "attempt": end.attempt,
+                "status": end.status,
+                "reward": end.reward,
+                "score": end.score,
+                "metrics": end.metrics,
+                "error": end.error,
+            }
+            for end in sorted(episode.ends, key=lambda e: e.agent)
+        ],
+        "turns": [turn_json(t) for t in episode.turns],
+    }
+
+
+async def episode_detail(ledger: Ledger, episode_id: str) -> dict[str, Any]:
+    return episode_json(await ledger.episode(episode_id))
+
+
+async def episode_rows(ledger: Ledger, run: str, limit: int) -> list[dict[str, Any]]:
+    record = await ledger.get_run(run)
+    rows = []
+    for episode in await ledger.list_episodes(record.run_id, limit=limit):
+        completed = [e.reward for e in episode.ends if e.status == "completed"]
+        rows.append(
+            {
+                "episode_id": episode.episode_id,
+                "group_index": episode.group_index,
+                "member": episode.member,
+                "agents": episode.agents,
+                "seats_ended": len(episode.ends),
+                "reward": sum(completed) / len(completed) if completed else None,
+                "turns": len(episode.turns),
+            }
+        )
+    return rows
+
+
+def _run_state(settings: dict[str, Any]) -> str:
+    if settings.get("finished"):
+        return "finished"
+    if settings.get("paused"):
+        return "paused"
+    return "active"
+
+
+async def run_summaries(ledger: Ledger) -> list[dict[str, Any]]:
+    out = []
+    for run in sorted(await ledger.list_runs(), key=lambda r: r.created_at, reverse=True):
+        settings = await ledger.settings(run.run_id)
+        steps = await ledger.train_steps(run.run_id)
+        rl = [s for s in steps if s.step > 0]
+        counts = await ledger.episode_counts(run.run_id)
+        out.append(
+            {
+                "run_id": run.run_id,
+                "name": run.name,
+                "environment": run.environment,
+                "created_at": run.created_at,
+                "steps": len(rl),
+                "episodes_ended": counts.get("ended", 0),
+                "last_reward": rl[-1].metrics.get("reward") if rl else None,
+                "state": _run_state(settings),
+            }
+        )
+    return out
+
+
+async def run_detail(ledger: Ledger, run: str) -> dict[str, Any]:
+    record = await ledger.get_run(run)
+    settings = await ledger.settings(record.run_id)
+    steps = await ledger.train_steps(record.run_id)
+    checkpoints = await ledger.checkpoints(record.run_id)
+    serving = await ledger.serving(record.run_id)
+    acks = await ledger.serving_acks(record.run_id)
+    counts = await ledger.episode_counts(record.run_id)
+    return {
+        "run_id": record.run_id,
+        "name": record.name,
+        "environment": record.environment,
+        "created_at": record.created_at,
+        "state": _run_state(settings),
+        "config": record.config,
+        "settings": settings,
+        "episodes": counts,
+        "steps": [
+            {"step": s.step, "metrics": s.metrics, "created_at": s.created_at} for s in steps
+        ],
+        "checkpoints": [
+            {
+                "version": c.version,
+                "parent_version": c.parent_version,
+                "uri": c.uri,
+                "kind": c.kind,
+                "created_at": c.created_at,
+            }
+            for c in checkpoints
+        ],
+        "serving": None if serving is None else {"version": serving.version, "uris": serving.uris},
+        "serving_acks": acks,
+    }

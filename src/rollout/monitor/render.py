@@ -1,0 +1,88 @@
+"""Rich rendering of transcripts, runs and episodes for the terminal."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+ROLE_STYLE = {"system": "magenta", "user": "cyan", "assistant": "green", "tool": "yellow"}
+
+
+def print_transcript(console: Console, outcome: dict[str, Any]) -> None:
+    console.print(
+        f"run [bold]{outcome['run_name']}[/] ({outcome['run_id']}), episode "
+        f"[bold]{outcome['episode_id']}[/]"
+    )
+    for seat in outcome["seats"]:
+        console.print(f"[bold]agent {seat['agent']}[/]")
+        for message in seat["messages"]:
+            role = message["role"]
+            text = message.get("text", "")
+            calls = message.get("tool_calls") or []
+            console.print(f"  [{ROLE_STYLE.get(role, 'white')}]{role:>9}[/] ", end="")
+            console.print(text or "", markup=False, highlight=False)
+            for call in calls:
+                console.print(f"            -> {call['name']}({call['arguments']})", markup=False)
+        status = seat["status"]
+        reward = seat["reward"]
+        console.print(f"  reward {reward:g} ({status}, {seat['turns']} turn(s))")
+        if seat.get("error"):
+            console.print(f"  [red]{seat['error']}[/]", highlight=False)
+    console.print(f"turns and tokens: rollout episodes show {outcome['episode_id']}")
+
+
+def _tokens(values: list[Any], limit: int = 24) -> str:
+    shown = ", ".join(str(v) for v in values[:limit])
+    return f"[{shown}{', ...' if len(values) > limit else ''}] ({len(values)})"
+
+
+def print_episode(console: Console, episode: dict[str, Any]) -> None:
+    console.print(
+        f"episode [bold]{episode['episode_id']}[/] of run {episode['run_id']}: group "
+        f"{episode['group_index']}, member {episode['member']}, seed {episode['seed']}, "
+        f"{episode['agents']} agent(s), parameters {episode['parameters']}"
+    )
+    for end in episode["ends"]:
+        console.print(
+            f"  agent {end['agent']} (attempt {end['attempt']}): {end['status']}, reward "
+            f"{end['reward']:g}, metrics {end['metrics']}"
+        )
+        if end.get("error"):
+            console.print(f"    [red]{end['error']}[/]", highlight=False)
+    for turn in episode["turns"]:
+        console.print(
+            f"[bold]turn {turn['index']}[/] agent {turn['agent']} attempt {turn['attempt']}: "
+            f"version {turn['version']}, stop {turn['stop_reason']}, extends previous "
+            f"{turn['extends_previous']}, {1000 * (turn['ended_at'] - turn['started_at']):.1f} ms"
+        )
+        console.print(f"  prompt tokens     {_tokens(turn['prompt_tokens'])}", highlight=False)
+        console.print(f"  completion tokens {_tokens(turn['completion_tokens'])}", highlight=False)
+        console.print(
+            f"  logprobs          {_tokens([round(x, 4) for x in turn['logprobs']])}",
+            highlight=False,
+        )
+
+
+def print_run(console: Console, run: dict[str, Any]) -> None:
+    console.print(
+        f"run [bold]{run['name']}[/] ({run['run_id']}): {run['environment']}, {run['state']}"
+    )
+    console.print(f"settings: {run['settings']}")
+    console.print(f"episodes: {run['episodes']}")
+    if run["serving"]:
+        console.print(f"serving v{run['serving']['version']}; servers: {run['serving_acks']}")
+    table = Table("step", "reward", "loss", "lag", "episodes", "seconds")
+    for step in run["steps"][-20:]:
+        m = step["metrics"]
+        table.add_row(
+            str(step["step"]),
+            f"{m.get('reward', 0):.3f}",
+            f"{m.get('loss', 0):+.4f}",
+            f"{m.get('lag_mean', 0):.2f}",
+            f"{m.get('episodes', 0):.0f}",
+            f"{m.get('step_seconds', 0):.2f}",
+        )
+    console.print(table)
+    console.print(f"checkpoints: {len(run['checkpoints'])}")

@@ -1,0 +1,120 @@
+"""Run configuration: what a preset file holds and what a run records.
+
+Presets are YAML files (see `deploy/chart/rollout/files/presets/`); `rollout train --preset NAME`
+loads one, applies command-line overrides, validates it here and stores it with the run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from rollout.harness.errors import RolloutError
+
+
+class ModelInit(BaseModel):
+    """Build a tiny model of a real architecture locally (`rollout model init`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    arch: Literal["qwen3", "qwen2", "llama"] = "qwen3"
+    hidden: int = Field(64, ge=8)
+    layers: int = Field(2, ge=1)
+    heads: int = Field(4, ge=1)
+    kv_heads: int = Field(2, ge=1)
+    tokenizer: Literal["bytes", "chars"] = "chars"
+    seed: int = 0
+
+    def key(self) -> str:
+        return hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:12]
+
+
+class ModelSource(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    path: str | None = None
+    init: ModelInit | None = None
+
+
+class ImportanceConfig(BaseModel):
+    """Per-token importance weights: truncated IS (`tis`, cap C), IcePop-style masking, or none."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    mode: Literal["tis", "icepop", "none"] = "tis"
+    cap: float = Field(2.0, gt=0)
+    low: float = Field(0.5, gt=0)
+    high: float = Field(2.0, gt=0)
+
+
+class RunConfig(BaseModel):
+    """Everything a run needs besides its environment."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = "custom"
+    description: str = ""
+    model: ModelSource = Field(default_factory=lambda: ModelSource(init=ModelInit()))
+    backend: Literal["local", "vllm"] = "local"
+    provider: Literal["torch", "tinker"] = "torch"
+    device: str = "cpu"
+    lora_rank: int | None = Field(None, ge=1)
+    group_size: int | None = Field(None, ge=1)
+    """Episodes per group (default: the environment's)."""
+    groups_per_step: int = Field(16, ge=1)
+    learning_rate: float = Field(1e-3, gt=0)
+    max_lag: int = Field(1, ge=0)
+    importance: ImportanceConfig = Field(default_factory=ImportanceConfig)
+    temperature: float = Field(1.0, gt=0)
+    max_tokens: int | None = Field(None, ge=1)
+    normalize_advantages: bool = True
+    warmup_steps: int = Field(0, ge=0)
+    warmup_learning_rate: float = Field(1e-3, gt=0)
+    steps: int = Field(100, ge=1)
+    runners: int = Field(1, ge=1)
+    runner_concurrency: int = Field(32, ge=1)
+    seed: int = 0
+
+
+def presets_dir() -> Path:
+    """Where the built-in presets live (packaged with rollout, or in a source checkout)."""
+    packaged = Path(__file__).resolve().parent.parent / "presets"
+    if packaged.is_dir():
+        return packaged
+    return Path(__file__).resolve().parents[3] / "deploy" / "chart" / "rollout" / "files" / "presets"
+
+
+def load_preset(name_or_path: str) -> RunConfig:
+    """A preset by name (built-in) or by path to a YAML file."""
+    path = Path(name_or_path)
+    if not path.suffix:
+        path = presets_dir() / f"{name_or_path}.yaml"
+    if not path.is_file():
+        available = sorted(p.stem for p in presets_dir().glob("*.yaml"))
+        raise RolloutError(
+            f"preset {name_or_path!r} not found (looked for {path}); built-in presets: "
+            f"{', '.join(available) or 'none'}"
+        )
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as error:
+        raise RolloutError(f"preset {path} is not valid YAML: {error}") from error
+    return parse_config(data, source=str(path))
+
+
+def parse_config(data: Any, *, source: str) -> RunConfig:
+    if not isinstance(data, dict):
+        raise RolloutError(f"{source}: a preset must be a mapping, got {type(data).__name__}")
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as error:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']} (got {json.dumps(e.get('input'), default=str)[:80]})"
+            for e in error.errors()
+        )
+        raise RolloutError(f"{source}: invalid preset: {problems}") from None

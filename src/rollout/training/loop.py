@@ -1,0 +1,325 @@
+"""The trainer role (`rollout trainer --run RUN`): the training loop of one run.
+
+One trainer per run holds the run's fenced lease `trainer:<run>`. It:
+
+1. restores the latest checkpoint (weights, optimizer, step) from the blob store, or starts from
+   the base model, running the format warm-up first when the run asks for one (the warm-up
+   result is version 0);
+2. keeps enough groups of episodes queued for runners to stay busy: `(max_lag + 1)` steps'
+   worth, so episodes keep playing while it trains;
+3. takes `groups_per_step` complete groups, computes group-relative advantages, builds
+   segments, takes one optimizer step with per-token importance weights from the recorded
+   sampling logprobs, saves the checkpoint and records step + checkpoint atomically (fenced);
+4. publishes a serving record for the newest checkpoint once the bridge has converted it.
+
+A trainer that was paused and revived after another took over fails with `StaleFence` at its
+first write; a restarted trainer resumes from the last recorded checkpoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+import socket
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from rollout.blobs import BlobStore
+from rollout.harness.core import Environment
+from rollout.harness.loading import load_environment
+from rollout.ledger import Ledger
+from rollout.ledger.api import CheckpointRecord, EpisodeSpec, GroupRecord, Lease, ServingRecord
+from rollout.training.advantages import AdvantageConfig, seat_advantages
+from rollout.training.config import RunConfig
+from rollout.training.importance import ImportanceConfig
+from rollout.training.loss import LossConfig
+from rollout.training.providers.base import TrainBatch, TrainingProvider
+from rollout.training.segments import Segment, build_segments
+
+log = logging.getLogger("rollout.trainer")
+
+LEASE_SECONDS = 30.0
+
+
+def checkpoint_uri(run_id: str, version: int) -> str:
+    return f"runs/{run_id}/checkpoints/v{version:06d}"
+
+
+def importance_config(config: RunConfig) -> ImportanceConfig:
+    imp = config.importance
+    return ImportanceConfig(
+        mode=imp.mode, tis_cap=imp.cap, icepop_low=imp.low, icepop_high=imp.high
+    )
+
+
+def make_provider(config: RunConfig, model_dir: Path) -> TrainingProvider:
+    if config.provider != "torch":
+        from rollout.harness.errors import RolloutError
+
+        raise RolloutError(f"training provider {config.provider!r} is not available here")
+    from rollout.training.providers.torch import TorchProvider
+
+    return TorchProvider(
+        model_dir,
+        lora_rank=config.lora_rank,
+        learning_rate=config.learning_rate,
+        device=config.device,
+    )
+
+
+class Trainer:
+    def __init__(
+        self,
+        ledger: Ledger,
+        blobs: BlobStore,
+        run_id: str,
+        *,
+        holder: str | None = None,
+        work_dir: Path | None = None,
+    ) -> None:
+        self.ledger = ledger
+        self.blobs = blobs
+        self.run_id = run_id
+        self.holder = holder or f"trainer-{socket.gethostname()}-{os.getpid()}"
+        self.work_dir = work_dir or Path(tempfile.mkdtemp(prefix="rollout-trainer-"))
+        self.lease: Lease | None = None
+        self._lease_renewed = 0.0
+
+    async def _renew(self) -> Lease:
+        now = time.monotonic()
+        if self.lease is None or now - self._lease_renewed > LEASE_SECONDS / 3:
+            self.lease = await self.ledger.acquire_lease(
+                f"trainer:{self.run_id}", self.holder, LEASE_SECONDS
+            )
+            self._lease_renewed = now
+        return self.lease
+
+    async def run(self, stop: asyncio.Event) -> None:
+        run = await self.ledger.get_run(self.run_id)
+        config = RunConfig.model_validate(run.config["training"])
+        environment = load_environment(run.environment)
+        model_dir = Path(run.config["model_path"])
+        lease = await self._wait_for_lease(stop)
+        if lease is None:
+            return
+        provider = await asyncio.to_thread(make_provider, config, model_dir)
+        latest = await self.ledger.latest_checkpoint(self.run_id)
+        if latest is not None:
+            local = self.work_dir / f"restore-v{latest.version}"
+            await asyncio.to_thread(self.blobs.get_dir, latest.uri, local)
+            await asyncio.to_thread(provider.load, local)
+            version = latest.version
+            log.info("resumed %s at v%s", self.run_id, version)
+        else:
+            metrics = await asyncio.to_thread(self._warmup, provider, environment, config)
+            await self._save(provider, lease, 0, None, [], metrics)
+            version = 0
+        group_size = config.group_size or environment.group_size
+        while not stop.is_set() and version < config.steps:
+            lease = await self._renew()
+            await self._publish_serving(lease)
+            await self._queue_groups(environment, config, group_size, version)
+            groups = await self.ledger.complete_groups(self.run_id, config.groups_per_step)
+            if len(groups) < config.groups_per_step:
+                await self.ledger.wait("groups", timeout=1.0)
+                continue
+            began = time.monotonic()
+            metrics = await asyncio.to_thread(self._step, provider, groups, config, version)
+            metrics["step_seconds"] = time.monotonic() - began
+            lease = await self._renew()
+            await self._save(provider, lease, version + 1, version, groups, metrics)
+            version += 1
+        if version >= config.steps:
+            await self._publish_until_served(stop)
+            await self.ledger.set_setting(self.run_id, "finished", True)
+
+    async def _wait_for_lease(self, stop: asyncio.Event) -> Lease | None:
+        while not stop.is_set():
+            try:
+                return await self._renew()
+            except Exception as error:  # held by a live trainer: wait for it to expire
+                log.info("trainer lease busy (%s); waiting", error)
+                await asyncio.sleep(2.0)
+        return None
+
+    def _warmup(
+        self, provider: TrainingProvider, environment: Environment, config: RunConfig
+    ) -> dict[str, float]:
+        if not config.warmup_steps or environment.warmup is None:
+            return {}
+        from rollout.rendering import HFRenderer
+        from rollout.training.warmup import warmup_segments
+
+        renderer = HFRenderer(Path(provider_model_dir(provider)))
+        rng = random.Random(config.seed)
+        losses: list[float] = []
+        began = time.monotonic()
+        for _ in range(config.warmup_steps):
+            examples = [environment.warmup(rng) for _ in range(32)]
+            segments = warmup_segments(renderer, examples)
+            result = provider.forward_backward(
+                TrainBatch(tuple(segments), loss=LossConfig(kind="supervised"))
+            )
+            provider.optim_step()
+            losses.append(result.metrics.get("loss", float("nan")))
+        provider.reset_optimizer()
+        return {
+            "warmup_steps": float(config.warmup_steps),
+            "warmup_loss": losses[-1] if losses else float("nan"),
+            "warmup_seconds": time.monotonic() - began,
+        }
+
+    def _step(
+        self,
+        provider: TrainingProvider,
+        groups: list[GroupRecord],
+        config: RunConfig,
+        version: int,
+    ) -> dict[str, float]:
+        advantage_config = AdvantageConfig(normalize_std=config.normalize_advantages)
+        segments: list[Segment] = []
+        rewards: list[float] = []
+        lags: list[float] = []
+        episodes = 0
+        for group in groups:
+            by_seat = {
+                (episode.episode_id, turn.agent, turn.attempt): [] for episode in group.episodes
+                for turn in episode.turns
+            }
+            for episode in group.episodes:
+                episodes += 1
+                for turn in episode.turns:
+                    by_seat.setdefault((episode.episode_id, turn.agent, turn.attempt), []).append(
+                        turn
+                    )
+            for seat in seat_advantages(group, advantage_config):
+                if seat.status == "completed":
+                    rewards.append(seat.reward)
+                if seat.advantage is None or seat.advantage == 0.0:
+                    continue
+                turns = sorted(
+                    by_seat.get((seat.episode_id, seat.agent, seat.attempt), []),
+                    key=lambda t: t.index,
+                )
+                for turn in turns:
+                    lags.append(float(version - turn.version))
+                segments.extend(build_segments(turns, seat.advantage))
+        metrics: dict[str, float] = {
+            "reward": sum(rewards) / len(rewards) if rewards else 0.0,
+            "episodes": float(episodes),
+            "segments": float(len(segments)),
+            "lag_mean": sum(lags) / len(lags) if lags else 0.0,
+            "lag_max": max(lags) if lags else 0.0,
+        }
+        if segments:
+            loss = LossConfig(kind="policy_gradient", importance=importance_config(config))
+            result = provider.forward_backward(TrainBatch(tuple(segments), loss=loss))
+            metrics.update(result.metrics)
+            metrics.update(provider.optim_step())
+        else:  # every group was uniform: nothing to learn, but the step still counts
+            metrics["loss"] = 0.0
+            metrics.update(provider.optim_step())
+        return metrics
+
+    async def _save(
+        self,
+        provider: TrainingProvider,
+        lease: Lease,
+        version: int,
+        parent: int | None,
+        groups: list[GroupRecord],
+        metrics: dict[str, float],
+    ) -> None:
+        local = self.work_dir / f"v{version}"
+        saved = await asyncio.to_thread(provider.save, local)
+        uri = checkpoint_uri(self.run_id, version)
+        await asyncio.to_thread(self.blobs.put_dir, local, uri)
+        checkpoint = CheckpointRecord(
+            run_id=self.run_id,
+            version=version,
+            parent_version=parent,
+            uri=uri,
+            kind=saved.kind,
+            created_at=time.time(),
+            metadata=dict(saved.metadata),
+        )
+        await self.ledger.record_train_step(
+            lease,
+            self.run_id,
+            version,
+            [g.group_index for g in groups],
+            {k: float(v) for k, v in metrics.items()},
+            checkpoint,
+        )
+        log.info("step %s: %s", version, metrics)
+
+    async def _queue_groups(
+        self, environment: Environment, config: RunConfig, group_size: int, version: int
+    ) -> None:
+        """Keep (max_lag + 1) steps of groups queued beyond those already trained."""
+        settings = await self.ledger.settings(self.run_id)
+        max_lag = int(settings.get("max_lag", config.max_lag))
+        total = config.steps * config.groups_per_step
+        wanted = min(total, (version + max_lag + 1) * config.groups_per_step)
+        have = int(settings.get("groups_queued", 0))
+        if have >= wanted:
+            return
+        specs: list[EpisodeSpec] = []
+        for group_index in range(have, wanted):
+            parameters = environment.draw_parameters(group_index, config.seed)
+            for member in range(group_size):
+                specs.append(
+                    EpisodeSpec(
+                        group_index=group_index,
+                        member=member,
+                        parameters=parameters,
+                        seed=config.seed * 1_000_003 + group_index * 1_009 + member,
+                        agents=environment.agents,
+                    )
+                )
+        await self.ledger.add_episodes(self.run_id, specs)
+        await self.ledger.set_setting(self.run_id, "groups_queued", wanted)
+
+    async def _publish_serving(self, lease: Lease) -> bool:
+        """Serve the newest checkpoint that every backend has a conversion for."""
+        latest = await self.ledger.latest_checkpoint(self.run_id)
+        if latest is None:
+            return False
+        current = await self.ledger.serving(self.run_id)
+        if current is not None and current.version >= latest.version:
+            return True
+        run = await self.ledger.get_run(self.run_id)
+        backend = str(run.config.get("backend", "local"))
+        conversions = await self.ledger.conversions(self.run_id, latest.version)
+        if backend not in conversions:
+            return False
+        await self.ledger.set_serving(
+            lease,
+            ServingRecord(
+                run_id=self.run_id,
+                version=latest.version,
+                uris=dict(conversions),
+                created_at=time.time(),
+            ),
+        )
+        return True
+
+    async def _publish_until_served(self, stop: asyncio.Event) -> None:
+        deadline = time.monotonic() + 60
+        while not stop.is_set() and time.monotonic() < deadline:
+            if await self._publish_serving(await self._renew()):
+                return
+            await self.ledger.wait("conversions", timeout=1.0)
+
+
+def provider_model_dir(provider: Any) -> str:
+    return str(provider.model_dir)
+
+
+def run_summary_metrics(steps: list[dict[str, Any]]) -> dict[str, float]:
+    rewards = [float(s["metrics"].get("reward", 0.0)) for s in steps if s["step"] > 0]
+    return {"first_reward": rewards[0] if rewards else 0.0, "last_reward": rewards[-1] if rewards else 0.0}
