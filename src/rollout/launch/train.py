@@ -76,6 +76,10 @@ async def create_run(
             },
         )
         await ledger.set_setting(record.run_id, "max_lag", config.max_lag)
+        sampling: dict[str, Any] = {"temperature": config.temperature}
+        if config.max_tokens is not None:
+            sampling["max_tokens"] = config.max_tokens
+        await ledger.set_setting(record.run_id, "sampling", sampling)
         return record.run_id, record.name
     finally:
         await ledger.close()
