@@ -34,3 +34,7 @@ class Renderer(Protocol):
     def decode(self, tokens: Sequence[int]) -> str:
         """Token ids to text."""
         ...
+
+
+class RenderError(ValueError):
+    """Messages or tools cannot be rendered; the message names the field and the value."""

@@ -1,0 +1,201 @@
+"""Tiny models of real architectures, randomly initialised, saved in the Hugging Face layout.
+
+`init_model` writes a folder that `AutoModelForCausalLM.from_pretrained` and
+`AutoTokenizer.from_pretrained` load like any downloaded model: `config.json`,
+`model.safetensors`, `generation_config.json`, `tokenizer.json`, `tokenizer_config.json` and
+`chat_template.jinja`. Everything else in rollout takes any local Hugging Face model folder the
+same way; nothing here is special-cased downstream.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Literal
+
+import torch
+from transformers import (
+    GenerationConfig,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PretrainedConfig,
+    PreTrainedModel,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+)
+
+from rollout.models.errors import ModelError
+from rollout.models.tokenizer import (
+    ENDOFTEXT,
+    IM_END,
+    TokenizerKind,
+    build_tokenizer,
+)
+
+Arch = Literal["qwen3", "qwen2", "llama"]
+ARCHITECTURES: dict[str, tuple[Callable[..., PretrainedConfig], type[PreTrainedModel]]] = {
+    "qwen3": (Qwen3Config, Qwen3ForCausalLM),
+    "qwen2": (Qwen2Config, Qwen2ForCausalLM),
+    "llama": (LlamaConfig, LlamaForCausalLM),
+}
+
+DEFAULT_VOCAB_SIZE = 512
+MAX_POSITIONS = 2048
+
+
+def init_model(
+    out_dir: str | os.PathLike[str],
+    *,
+    arch: Arch = "qwen3",
+    hidden: int = 128,
+    layers: int = 2,
+    heads: int = 4,
+    kv_heads: int = 2,
+    intermediate: int | None = None,
+    vocab_size: int = DEFAULT_VOCAB_SIZE,
+    tokenizer: TokenizerKind = "auto",
+    alphabet: str | None = None,
+    max_positions: int = MAX_POSITIONS,
+    tie_embeddings: bool = True,
+    seed: int = 0,
+    corpus: Iterable[str] | None = None,
+) -> Path:
+    """Build a tiny randomly initialised model with a trained tokenizer and chat template.
+
+    Args:
+        out_dir: The folder to write (created; files in it are overwritten).
+        arch: `qwen3`, `qwen2` or `llama`.
+        hidden: Hidden size; must be divisible by `heads`.
+        layers: Number of decoder layers.
+        heads: Attention heads; must be divisible by `kv_heads`.
+        kv_heads: Key/value heads (grouped-query attention).
+        intermediate: MLP size (default `3 * hidden`).
+        vocab_size: Exact vocabulary size, added tokens included (the model's embedding has
+            exactly `len(tokenizer)` rows).
+        tokenizer: `bytes` (byte-level BPE, needs vocab_size >= 265), `chars` (BPE over
+            `alphabet`, for tiny vocabularies) or `auto` (bytes when it fits).
+        alphabet: Characters of a `chars` tokenizer.
+        max_positions: `max_position_embeddings` and the tokenizer's `model_max_length`.
+        tie_embeddings: Share the input embedding and the output head.
+        seed: Seed of the weight initialisation (the tokenizer is deterministic).
+        corpus: Extra text to train the tokenizer on.
+
+    Returns:
+        The folder, as a `Path`.
+
+    Raises:
+        ModelError: When a size is invalid; the message names the argument and its value.
+    """
+    if arch not in ARCHITECTURES:
+        raise ModelError(f"arch must be one of {sorted(ARCHITECTURES)}, got {arch!r}")
+    for field, value in (("hidden", hidden), ("layers", layers), ("heads", heads)):
+        if value < 1:
+            raise ModelError(f"{field} must be positive, got {value}")
+    if kv_heads < 1 or heads % kv_heads:
+        raise ModelError(f"kv_heads must be a positive divisor of heads={heads}, got {kv_heads}")
+    if hidden % heads:
+        raise ModelError(f"hidden must be divisible by heads={heads}, got {hidden}")
+    head_dim = hidden // heads
+    if head_dim % 2:
+        raise ModelError(f"hidden / heads must be even for rotary embeddings, got {head_dim}")
+    if intermediate is None:
+        intermediate = 3 * hidden
+    if intermediate < 1:
+        raise ModelError(f"intermediate must be positive, got {intermediate}")
+
+    tok = build_tokenizer(
+        vocab_size=vocab_size,
+        kind=tokenizer,
+        alphabet=alphabet,
+        corpus=corpus,
+        model_max_length=max_positions,
+    )
+    config_cls, model_cls = ARCHITECTURES[arch]
+    vocab = tok.get_vocab()
+    pad_id, eos_id = vocab[ENDOFTEXT], vocab[IM_END]
+    config = config_cls(
+        vocab_size=len(tok),
+        hidden_size=hidden,
+        intermediate_size=intermediate,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        head_dim=head_dim,
+        max_position_embeddings=max_positions,
+        tie_word_embeddings=tie_embeddings,
+        bos_token_id=pad_id,
+        eos_token_id=eos_id,
+        pad_token_id=pad_id,
+        dtype="float32",
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = model_cls(config)
+    model.generation_config = GenerationConfig(
+        bos_token_id=pad_id,
+        eos_token_id=[eos_id, pad_id],
+        pad_token_id=pad_id,
+        do_sample=True,
+        temperature=1.0,
+        top_p=1.0,
+    )
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
+def default_tokenizer_dir(state_dir: str | os.PathLike[str] | None = None) -> Path:
+    """A folder with the default tiny tokenizer and chat template, built once and cached.
+
+    It holds no weights: it is what the scripted backend and the renderer need to run with
+    nothing downloaded. The folder is `<state>/models/scripted`, where `<state>` is
+    `state_dir`, else `$ROLLOUT_STATE_DIR`, else `.rollout` in the working directory. It is
+    rebuilt when the tokenizer recipe changes (a fingerprint file records which one built it)
+    and written atomically, so concurrent callers never see a half-written folder.
+    """
+    root = Path(state_dir or os.environ.get("ROLLOUT_STATE_DIR") or ".rollout")
+    target = root / "models" / "scripted"
+    fingerprint = _recipe_fingerprint()
+    stamp = target / "rollout-fingerprint.txt"
+    if stamp.is_file() and stamp.read_text() == fingerprint:
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".scripted-", dir=target.parent))
+    try:
+        build_tokenizer(vocab_size=DEFAULT_VOCAB_SIZE).save_pretrained(staging)
+        (staging / "rollout-fingerprint.txt").write_text(fingerprint)
+        if target.exists():
+            # A stale build (older recipe): move it aside, then swap the new one in.
+            stale = Path(tempfile.mkdtemp(prefix=".stale-", dir=target.parent))
+            with contextlib.suppress(OSError):  # another process moved it first
+                target.rename(stale / "old")
+            shutil.rmtree(stale, ignore_errors=True)
+        try:
+            staging.rename(target)
+        except OSError:
+            # Another process installed its build first; theirs is identical.
+            if not (stamp.is_file() and stamp.read_text() == fingerprint):
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def _recipe_fingerprint() -> str:
+    """A hash of the sources that define the default tokenizer and template."""
+    here = Path(__file__).parent
+    digest = hashlib.sha256()
+    for name in ("tokenizer.py", "template.py"):
+        digest.update((here / name).read_bytes())
+    digest.update(json.dumps(DEFAULT_VOCAB_SIZE).encode())
+    return digest.hexdigest()[:16]
