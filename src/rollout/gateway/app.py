@@ -1,0 +1,253 @@
+"""The gateway's ASGI app and an in-process uvicorn server.
+
+`create_app(ledger, renderer, backend, model_name=...)` serves:
+
+- `POST /v1/chat/completions` (OpenAI Chat Completions)
+- `POST /v1/responses` (OpenAI Responses)
+- `POST /v1/messages` and `POST /v1/messages/count_tokens` (Anthropic Messages)
+- `GET /v1/models`, and `GET /healthz` for readiness probes.
+
+Errors come back in the shape of the route's protocol, never as a bare 500 page.
+`GatewayServer` runs the app with uvicorn inside the current event loop on 127.0.0.1 and a free
+port, for tests, the playground and the runner.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+import uvicorn
+from fastapi import FastAPI
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from rollout.gateway import chat_completions, messages, responses
+from rollout.gateway.core import Admission, Gateway, LedgerLike
+from rollout.gateway.errors import GatewayError, Protocol, error_body
+from rollout.inference.base import InferenceBackend
+from rollout.rendering.base import Renderer
+
+log = logging.getLogger("rollout.gateway")
+
+Handler = Callable[[Gateway, Request], Awaitable[Response]]
+
+
+def _protocol_of(request: Request) -> Protocol:
+    path = request.url.path
+    if path.startswith("/v1/messages") or path.startswith("/messages"):
+        return "anthropic"
+    if path.rstrip("/").endswith("/models") and (
+        "anthropic-version" in request.headers
+        or ("x-api-key" in request.headers and "authorization" not in request.headers)
+    ):
+        return "anthropic"
+    return "openai"
+
+
+def error_response(err: GatewayError, protocol: Protocol) -> JSONResponse:
+    headers = {"WWW-Authenticate": "Bearer"} if err.status == 401 else None
+    return JSONResponse(error_body(err, protocol), status_code=err.status, headers=headers)
+
+
+def create_app(
+    ledger: LedgerLike,
+    renderer: Renderer,
+    backend: InferenceBackend,
+    *,
+    model_name: str,
+    admission: Admission | None = None,
+    **options: Any,
+) -> FastAPI:
+    """The gateway app.
+
+    Args:
+        ledger: resolves keys and records turns (`rollout.ledger.Ledger`).
+        renderer: the served model's chat template and parser.
+        backend: the inference backend that samples.
+        model_name: the model id `GET /v1/models` lists (requests may name any model).
+        admission: optional `async (KeyInfo) -> None` awaited before each turn samples (max_lag).
+        **options: passed to `Gateway` (`default_max_tokens`, `key_cache_seconds`, ...).
+    """
+    gateway = Gateway(
+        ledger, renderer, backend, model_name=model_name, admission=admission, **options
+    )
+    app = FastAPI(title="rollout gateway", docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.gateway = gateway
+
+    def route(handler: Handler, protocol: Protocol) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint(request: Request) -> Response:
+            try:
+                return await handler(gateway, request)
+            except GatewayError as err:
+                if err.status >= 500:
+                    log.warning("%s %s: %s", request.method, request.url.path, err.message)
+                return error_response(err, protocol)
+            except Exception as exc:  # never a bare 500 page: the client gets its own shape
+                log.exception("%s %s failed", request.method, request.url.path)
+                err = GatewayError(f"internal error: {type(exc).__name__}: {exc}", kind="server")
+                return error_response(err, protocol)
+
+        return endpoint
+
+    for prefix in ("/v1", ""):
+        app.add_api_route(
+            f"{prefix}/chat/completions",
+            route(chat_completions.handle, "openai"),
+            methods=["POST"],
+        )
+        app.add_api_route(
+            f"{prefix}/responses", route(responses.handle, "openai"), methods=["POST"]
+        )
+        app.add_api_route(
+            f"{prefix}/messages", route(messages.handle, "anthropic"), methods=["POST"]
+        )
+        app.add_api_route(
+            f"{prefix}/messages/count_tokens",
+            route(messages.count_tokens, "anthropic"),
+            methods=["POST"],
+        )
+
+    async def list_models(request: Request) -> Response:
+        try:
+            await gateway.authenticate_headers(request.headers)
+        except GatewayError as err:
+            return error_response(err, _protocol_of(request))
+        created = int(time.time())
+        entry = {
+            "id": model_name,
+            "object": "model",
+            "created": created,
+            "owned_by": "rollout",
+            "type": "model",
+            "display_name": model_name,
+            "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(created)),
+        }
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": [entry],
+                "has_more": False,
+                "first_id": model_name,
+                "last_id": model_name,
+            }
+        )
+
+    app.add_api_route("/v1/models", list_models, methods=["GET"])
+
+    async def healthz() -> dict[str, Any]:
+        return {"ok": True, "model": model_name, "version": backend.version}
+
+    app.add_api_route("/healthz", healthz, methods=["GET"])
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        kind = {404: "not_found", 405: "invalid_request", 413: "too_large"}.get(
+            exc.status_code, "invalid_request"
+        )
+        detail = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
+        err = GatewayError(
+            f"{request.method} {request.url.path}: {detail}",
+            kind=kind,  # type: ignore[arg-type]
+            status=exc.status_code,
+        )
+        return error_response(err, _protocol_of(request))
+
+    return app
+
+
+class _InProcessServer(uvicorn.Server):
+    # uvicorn would take over SIGINT/SIGTERM for the whole process; the owner handles those.
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+class GatewayServer:
+    """Runs an ASGI app with uvicorn in the current event loop.
+
+    Example:
+        ```python
+        server = GatewayServer(app)          # 127.0.0.1, a free port
+        await server.start()
+        print(server.base_url)               # http://127.0.0.1:PORT/v1
+        await server.stop()
+        ```
+    """
+
+    def __init__(
+        self, app: Any, *, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning"
+    ) -> None:
+        self.app = app
+        self.host = host
+        self._port = port
+        self._config = uvicorn.Config(
+            app,
+            host=host,
+            port=port,
+            log_level=log_level,
+            access_log=False,
+            lifespan="off",
+            timeout_graceful_shutdown=2,
+            timeout_keep_alive=30,
+        )
+        self._server = _InProcessServer(self._config)
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def port(self) -> int:
+        if self._port == 0:
+            raise RuntimeError("GatewayServer.port: the server is not started")
+        return self._port
+
+    @property
+    def root_url(self) -> str:
+        """`http://HOST:PORT` (what ANTHROPIC_BASE_URL takes)."""
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        """`http://HOST:PORT/v1` (what OpenAI clients take as base_url)."""
+        return f"{self.root_url}/v1"
+
+    async def _serve(self) -> None:
+        try:
+            await self._server.serve()
+        except SystemExit as exc:  # uvicorn exits the process when it cannot bind
+            raise RuntimeError(
+                f"gateway server could not listen on {self.host}:{self._port}"
+            ) from exc
+
+    async def start(self) -> None:
+        """Listen; returns once the server accepts connections (`port` is then known)."""
+        if self._task is not None:
+            return
+        self._task = asyncio.create_task(self._serve(), name="gateway-server")
+        while not self._server.started:
+            if self._task.done():
+                self._task.result()  # raises the startup error (port in use, ...)
+                raise RuntimeError(f"gateway server on {self.host}:{self._port} did not start")
+            await asyncio.sleep(0.01)
+        sockets = [s for server in self._server.servers for s in server.sockets]
+        self._port = sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        if self._task is None:
+            return
+        self._server.should_exit = True
+        try:
+            await self._task
+        finally:
+            self._task = None
+
+    async def __aenter__(self) -> GatewayServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()

@@ -1,0 +1,441 @@
+"""OpenAI Responses: `POST /v1/responses`.
+
+Input items become canonical messages: `message` items (any role; `developer` is system),
+`function_call` items join the assistant message before them as `ToolCall`s, and
+`function_call_output` items are tool messages; `reasoning` items are skipped (the gateway never
+produces them). `instructions` is a leading system message. The reply is a `message` output item
+and one `function_call` item per call; streaming sends `response.created` through
+`response.output_item.*`, `response.content_part.*`, `response.output_text.delta`,
+`response.function_call_arguments.delta` ... to `response.completed` (or `response.incomplete`
+when `max_output_tokens` cut the reply).
+
+`previous_response_id` names a turn this seat recorded: the conversation is that turn's messages
+(without its instructions, which OpenAI does not carry over) + its reply + the new input.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from rollout.contracts import Message, SamplingParams, ToolCall, ToolSpec
+from rollout.gateway import sse
+from rollout.gateway.chat_completions import content_text
+from rollout.gateway.core import (
+    MAX_TOKENS_LIMIT,
+    CanonicalRequest,
+    Gateway,
+    TurnResult,
+    load_messages,
+    new_id,
+)
+from rollout.gateway.errors import GatewayError
+from rollout.gateway.wire import (
+    INT64_MAX,
+    INT64_MIN,
+    arguments_text,
+    expect_dict,
+    loc,
+    read_json_object,
+    unsupported,
+    validate,
+)
+
+LOGPROBS_INCLUDE = "message.output_text.logprobs"
+
+
+class _Loose(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class ResponsesRequest(_Loose):
+    """The fields of a Responses request the gateway reads (others are accepted)."""
+
+    model: str
+    input: str | list[Any] = Field(default_factory=list)
+    instructions: str | None = None
+    tools: list[Any] | None = None
+    tool_choice: Any = None
+    max_output_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS_LIMIT)
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    seed: int | None = Field(default=None, ge=INT64_MIN, le=INT64_MAX)
+    include: list[str] | None = None
+    stream: bool | None = None
+    previous_response_id: str | None = None
+    parallel_tool_calls: bool | None = None
+    metadata: dict[str, Any] | None = None
+
+
+class _MessageItem(_Loose):
+    type: str | None = "message"
+    role: str
+    content: Any = None
+
+
+class _FunctionCallItem(_Loose):
+    type: str
+    call_id: str = Field(min_length=1)
+    name: str = Field(min_length=1)
+    arguments: Any = "{}"
+
+
+class _FunctionCallOutputItem(_Loose):
+    type: str
+    call_id: str = Field(min_length=1)
+    output: Any = ""
+
+
+class _FunctionTool(_Loose):
+    type: str
+    name: str = Field(min_length=1, max_length=256)
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+
+
+_SKIPPED_ITEMS = {"reasoning"}
+
+
+def to_messages(items: str | list[Any]) -> list[Message]:
+    """Responses `input` as canonical messages."""
+    if isinstance(items, str):
+        return [Message.user(items)]
+    out: list[Message] = []
+    for i, raw in enumerate(items):
+        where = loc("input", i)
+        item = expect_dict(raw, where)
+        kind = item.get("type", "message" if "role" in item else None)
+        if kind == "message":
+            msg = validate(_MessageItem, item, where)
+            text = content_text(msg.content, loc(where, "content"))
+            if msg.role in ("system", "developer"):
+                out.append(Message.system(text))
+            elif msg.role == "user":
+                out.append(Message.user(text))
+            elif msg.role == "assistant":
+                if out and out[-1].role == "assistant" and not out[-1].tool_calls:
+                    # Two assistant message items in a row are one reply in several parts.
+                    out[-1] = Message.assistant(out[-1].text + text)
+                else:
+                    out.append(Message.assistant(text))
+            else:
+                raise GatewayError(
+                    f"{loc(where, 'role')}: unknown role {msg.role!r} "
+                    "(expected system, developer, user or assistant)",
+                    param=loc(where, "role"),
+                    code="invalid_value",
+                )
+        elif kind == "function_call":
+            call = validate(_FunctionCallItem, item, where)
+            tool_call = ToolCall(
+                id=call.call_id,
+                name=call.name,
+                arguments=arguments_text(call.arguments, loc(where, "arguments")),
+            )
+            if out and out[-1].role == "assistant":
+                prev = out[-1]
+                out[-1] = Message.assistant(prev.text, [*prev.tool_calls, tool_call])
+            else:
+                out.append(Message.assistant("", [tool_call]))
+        elif kind == "function_call_output":
+            result = validate(_FunctionCallOutputItem, item, where)
+            out.append(
+                Message.tool(content_text(result.output, loc(where, "output")), result.call_id)
+            )
+        elif kind in _SKIPPED_ITEMS:
+            continue
+        elif isinstance(kind, str):
+            raise unsupported(loc(where, "type"), "input item type", kind)
+        else:
+            raise GatewayError(
+                f"{loc(where, 'type')}: required (or a 'role' for a message item)",
+                param=loc(where, "type"),
+                code="missing_field",
+            )
+    return out
+
+
+def to_tools(items: list[Any] | None, tool_choice: Any) -> list[ToolSpec]:
+    """Function tools as ToolSpecs; hosted tool types (web_search, ...) are skipped."""
+    if not items or tool_choice == "none":
+        return []
+    tools: list[ToolSpec] = []
+    for i, raw in enumerate(items):
+        where = loc("tools", i)
+        item = expect_dict(raw, where)
+        kind = item.get("type")
+        if not isinstance(kind, str):
+            raise GatewayError(
+                f"{loc(where, 'type')}: expected a string, got {type(kind).__name__}",
+                param=loc(where, "type"),
+                code="invalid_type",
+            )
+        if kind != "function":
+            continue
+        tool = validate(_FunctionTool, item, where)
+        spec: dict[str, Any] = {"name": tool.name, "description": tool.description or ""}
+        if tool.parameters is not None:
+            spec["parameters"] = tool.parameters
+        tools.append(ToolSpec(**spec))
+    return tools
+
+
+async def to_canonical(
+    body: dict[str, Any], gateway: Gateway, info: Any, response_id: str
+) -> tuple[CanonicalRequest, ResponsesRequest]:
+    req = validate(ResponsesRequest, body)
+    messages: list[Message] = []
+    if req.previous_response_id is not None:
+        turn = await gateway.find_response(info, req.previous_response_id)
+        previous = load_messages(turn.request.get("messages", []))
+        old_instructions = turn.request.get("instructions")
+        if old_instructions is not None and previous and previous[0].role == "system":
+            previous = previous[1:]
+        messages = [*previous, Message.model_validate(turn.request["reply"])]
+    messages.extend(to_messages(req.input))
+    if req.instructions is not None:
+        messages.insert(0, Message.system(req.instructions))
+    if not messages:
+        raise GatewayError(
+            "input: required (no messages to answer)", param="input", code="missing_field"
+        )
+    want_logprobs = LOGPROBS_INCLUDE in (req.include or []) or bool(req.top_logprobs)
+    params = SamplingParams(
+        max_tokens=req.max_output_tokens or gateway.default_max_tokens,
+        temperature=1.0 if req.temperature is None else req.temperature,
+        top_p=1.0 if req.top_p is None else req.top_p,
+        seed=req.seed,
+        top_logprobs=(req.top_logprobs or 0) if want_logprobs else 0,
+    )
+    canonical = CanonicalRequest(
+        protocol="responses",
+        messages=tuple(messages),
+        tools=tuple(to_tools(req.tools, req.tool_choice)),
+        params=params,
+        model=req.model,
+        tool_call_prefix="call_",
+        record={
+            "response_id": response_id,
+            "instructions": req.instructions,
+            "previous_response_id": req.previous_response_id,
+            "stream": bool(req.stream),
+        },
+    )
+    return canonical, req
+
+
+def _logprobs(result: TurnResult, positions: tuple[int, ...]) -> list[dict[str, Any]]:
+    out = []
+    for i in positions:
+        view = result.tokens[i]
+        out.append(
+            {
+                "token": view.token,
+                "logprob": view.logprob,
+                "bytes": list(view.token.encode()),
+                "top_logprobs": [
+                    {"token": t, "logprob": lp, "bytes": list(t.encode())} for t, lp in view.top
+                ],
+            }
+        )
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class _Ids:
+    response: str
+    message: str
+    calls: tuple[str, ...]
+
+
+def _response_object(
+    result: TurnResult | None,
+    req: ResponsesRequest,
+    ids: _Ids,
+    created: float,
+    output: list[dict[str, Any]],
+    status: str,
+) -> dict[str, Any]:
+    obj: dict[str, Any] = {
+        "id": ids.response,
+        "object": "response",
+        "created_at": int(created),
+        "status": status,
+        "background": False,
+        "error": None,
+        "incomplete_details": None,
+        "instructions": req.instructions,
+        "max_output_tokens": req.max_output_tokens,
+        "model": req.model,
+        "output": output,
+        "parallel_tool_calls": True if req.parallel_tool_calls is None else req.parallel_tool_calls,
+        "previous_response_id": req.previous_response_id,
+        "reasoning": {"effort": None, "summary": None},
+        "store": bool(getattr(req, "store", False)),
+        "temperature": 1.0 if req.temperature is None else req.temperature,
+        "text": {"format": {"type": "text"}},
+        "tool_choice": req.tool_choice if req.tool_choice is not None else "auto",
+        "tools": [t for t in (req.tools or []) if isinstance(t, dict)],
+        "top_logprobs": req.top_logprobs or 0,
+        "top_p": 1.0 if req.top_p is None else req.top_p,
+        "truncation": "disabled",
+        "usage": None,
+        "metadata": req.metadata or {},
+    }
+    if result is not None:
+        obj["usage"] = {
+            "input_tokens": result.prompt_tokens,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": result.completion_tokens,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": result.prompt_tokens + result.completion_tokens,
+        }
+        if status == "incomplete":
+            obj["incomplete_details"] = {"reason": "max_output_tokens"}
+    return obj
+
+
+def _status(result: TurnResult) -> str:
+    return "incomplete" if result.finish == "length" else "completed"
+
+
+def _text_part(text: str, logprobs: list[dict[str, Any]] | None) -> dict[str, Any]:
+    part: dict[str, Any] = {"type": "output_text", "text": text, "annotations": []}
+    if logprobs is not None:
+        part["logprobs"] = logprobs
+    return part
+
+
+def _output(result: TurnResult, req: ResponsesRequest, ids: _Ids) -> list[dict[str, Any]]:
+    want = _want_logprobs(req)
+    item_status = _status(result)
+    output: list[dict[str, Any]] = []
+    if result.reply.text or not result.reply.tool_calls:
+        lps = _logprobs(result, tuple(range(len(result.tokens)))) if want else None
+        output.append(
+            {
+                "type": "message",
+                "id": ids.message,
+                "status": item_status,
+                "role": "assistant",
+                "content": [_text_part(result.reply.text, lps)],
+            }
+        )
+    for call, item_id in zip(result.reply.tool_calls, ids.calls, strict=True):
+        output.append(
+            {
+                "type": "function_call",
+                "id": item_id,
+                "call_id": call.id,
+                "name": call.name,
+                "arguments": call.arguments,
+                "status": "completed",
+            }
+        )
+    return output
+
+
+def _want_logprobs(req: ResponsesRequest) -> bool:
+    return LOGPROBS_INCLUDE in (req.include or []) or bool(req.top_logprobs)
+
+
+def render_response(result: TurnResult, req: ResponsesRequest, ids: _Ids) -> dict[str, Any]:
+    return _response_object(
+        result, req, ids, result.created, _output(result, req, ids), _status(result)
+    )
+
+
+def render_stream(result: TurnResult, req: ResponsesRequest, ids: _Ids) -> bytes:
+    want = _want_logprobs(req)
+    status = _status(result)
+    events: list[bytes] = []
+
+    def emit(name: str, payload: dict[str, Any]) -> None:
+        events.append(
+            sse.named_event(name, {"type": name, "sequence_number": len(events), **payload})
+        )
+
+    start = _response_object(None, req, ids, result.created, [], "in_progress")
+    emit("response.created", {"response": start})
+    emit("response.in_progress", {"response": start})
+    final_output = _output(result, req, ids)
+    index = 0
+    if result.reply.text or not result.reply.tool_calls:
+        item = final_output[0]
+        emit(
+            "response.output_item.added",
+            {"output_index": 0, "item": {**item, "status": "in_progress", "content": []}},
+        )
+        common = {"item_id": ids.message, "output_index": 0, "content_index": 0}
+        emit(
+            "response.content_part.added", {**common, "part": _text_part("", [] if want else None)}
+        )
+        for piece, positions in result.pieces:
+            emit(
+                "response.output_text.delta",
+                {
+                    **common,
+                    "delta": piece,
+                    "logprobs": _logprobs(result, positions) if want else [],
+                },
+            )
+        part = item["content"][0]
+        emit(
+            "response.output_text.done",
+            {**common, "text": result.reply.text, "logprobs": part.get("logprobs", [])},
+        )
+        emit("response.content_part.done", {**common, "part": part})
+        emit("response.output_item.done", {"output_index": 0, "item": item})
+        index = 1
+    for item in final_output[index:]:
+        emit(
+            "response.output_item.added",
+            {"output_index": index, "item": {**item, "arguments": "", "status": "in_progress"}},
+        )
+        emit(
+            "response.function_call_arguments.delta",
+            {"item_id": item["id"], "output_index": index, "delta": item["arguments"]},
+        )
+        emit(
+            "response.function_call_arguments.done",
+            {
+                "item_id": item["id"],
+                "output_index": index,
+                "name": item["name"],
+                "arguments": item["arguments"],
+            },
+        )
+        emit("response.output_item.done", {"output_index": index, "item": item})
+        index += 1
+    final = _response_object(result, req, ids, result.created, final_output, status)
+    emit(
+        "response.completed" if status == "completed" else "response.incomplete",
+        {"response": final},
+    )
+    return sse.join(events)
+
+
+async def handle(gateway: Gateway, request: Request) -> Response:
+    """`POST /v1/responses`."""
+    info = await gateway.authenticate_headers(request.headers)
+    body = await read_json_object(request)
+    response_id = new_id("resp_")
+    canonical, req = await to_canonical(body, gateway, info, response_id)
+    result = await gateway.complete(info, canonical)
+    ids = _Ids(
+        response=response_id,
+        message=new_id("msg_"),
+        calls=tuple(new_id("fc_") for _ in result.reply.tool_calls),
+    )
+    if req.stream:
+        return Response(
+            render_stream(result, req, ids),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache"},
+        )
+    return JSONResponse(render_response(result, req, ids))

@@ -1,0 +1,29 @@
+"""Server-sent events encoding for the three protocols."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+
+def dumps(value: Any) -> str:
+    """Compact JSON, UTF-8 kept as is (what the protocols send)."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def data_event(payload: Any) -> bytes:
+    """`data: {json}` (Chat Completions chunks carry no event name)."""
+    return f"data: {dumps(payload)}\n\n".encode()
+
+
+def named_event(name: str, payload: Any) -> bytes:
+    """`event: NAME` + `data: {json}` (Responses and Anthropic Messages)."""
+    return f"event: {name}\ndata: {dumps(payload)}\n\n".encode()
+
+
+DONE = b"data: [DONE]\n\n"
+
+
+def join(events: Iterable[bytes]) -> bytes:
+    return b"".join(events)

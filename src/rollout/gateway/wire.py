@@ -1,0 +1,81 @@
+"""Reading request bodies: JSON objects validated into pydantic models, errors naming fields."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+from starlette.requests import Request
+
+from rollout.gateway.errors import GatewayError, from_validation_error, join_loc
+
+M = TypeVar("M", bound=BaseModel)
+
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+async def read_json_object(request: Request) -> dict[str, Any]:
+    """The request body as a JSON object; 400 for invalid JSON or any other JSON value."""
+    raw = await request.body()
+    if not raw.strip():
+        raise GatewayError("body: expected a JSON object, got an empty body", code="invalid_json")
+    try:
+        value = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+        raise GatewayError(f"body: invalid JSON ({exc})", code="invalid_json") from exc
+    if not isinstance(value, dict):
+        raise GatewayError(
+            f"body: expected a JSON object, got {type(value).__name__}", code="invalid_json"
+        )
+    return value
+
+
+def validate(model: type[M], data: Any, prefix: str = "") -> M:
+    """`model.model_validate(data)`, a ValidationError becoming a 400 that names the field."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise from_validation_error(exc, prefix) from None
+    except RecursionError:
+        raise GatewayError(f"{prefix or 'body'}: nested too deeply", param=prefix or None) from None
+
+
+def expect_dict(value: Any, loc: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise GatewayError(
+            f"{loc}: expected an object, got {type(value).__name__}", param=loc, code="invalid_type"
+        )
+    return value
+
+
+def expect_str(value: Any, loc: str) -> str:
+    if not isinstance(value, str):
+        raise GatewayError(
+            f"{loc}: expected a string, got {type(value).__name__}", param=loc, code="invalid_type"
+        )
+    return value
+
+
+def unsupported(loc: str, what: str, value: Any) -> GatewayError:
+    shown = value if isinstance(value, str | int | float | bool) or value is None else "..."
+    return GatewayError(
+        f"{loc}: {what} is not supported, got {shown!r}", param=loc, code="unsupported_value"
+    )
+
+
+def loc(*parts: str | int) -> str:
+    return join_loc("", *parts)
+
+
+def arguments_text(value: Any, where: str) -> str:
+    """Tool call arguments as JSON text (clients send a string, some an object)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict):
+        return json.dumps(value, ensure_ascii=False)
+    raise GatewayError(
+        f"{where}: expected a JSON string or object, got {type(value).__name__}",
+        param=where,
+        code="invalid_type",
+    )
