@@ -39,7 +39,7 @@ from rollout.contracts import (
 from rollout.gateway.errors import GatewayError
 from rollout.gateway.keys import KeyResolver, keys_from_headers
 from rollout.inference.base import InferenceBackend
-from rollout.ledger.api import KeyInfo, LedgerError, StaleFence
+from rollout.ledger import KeyInfo, LedgerError, StaleFence
 from rollout.rendering.base import Renderer
 
 log = logging.getLogger("rollout.gateway")

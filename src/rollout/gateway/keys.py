@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Protocol
 
 from rollout.gateway.errors import GatewayError
-from rollout.ledger.api import KeyInfo, LedgerError, StaleFence
+from rollout.ledger import KeyInfo, LedgerError, StaleFence
 
 
 def keys_from_headers(headers: Mapping[str, str]) -> list[str]:
