@@ -1,0 +1,386 @@
+"""The blob store: checkpoints and other large files, in a local folder or on S3.
+
+`BlobStore.from_url(url)` picks the backend:
+
+- a folder path or `file://` URL (default: ROLLOUT_BLOB_URL, else `<state_dir>/blobs`);
+- `s3://bucket/prefix` for S3 or any S3-compatible service (through fsspec/s3fs). The endpoint
+  comes from the URL's `endpoint_url` query parameter (`s3://b/p?endpoint_url=http://host:9000`)
+  or AWS_ENDPOINT_URL; credentials from the usual AWS environment variables.
+
+Keys are paths relative to the store's root (`runs/abc/checkpoints/v000001`); a full URI
+(`s3://...`, `file://...`, or an absolute path) is accepted wherever a key is and used as is.
+
+Writes are atomic, so a reader never sees half a blob:
+
+- a local file or folder is written under a temporary name beside its target, then renamed;
+- on S3 a single object appears whole when its upload ends; a folder's files are uploaded first
+  and its marker object `<key>/.rollout-complete` (a JSON manifest of the files) last. A folder
+  without its marker does not exist as far as `exists` and `get_dir` are concerned.
+
+All methods are synchronous (blocking I/O); call them through `asyncio.to_thread` in async code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+from urllib.parse import parse_qs, urlsplit
+
+MARKER = ".rollout-complete"
+
+
+class BlobError(Exception):
+    """A blob store failure (the message names the key or URL)."""
+
+
+class BlobNotFound(BlobError, FileNotFoundError):
+    """No blob (or no complete folder) at that key."""
+
+
+def default_blob_url(state_dir: str | os.PathLike[str] | None = None) -> str:
+    """ROLLOUT_BLOB_URL, else `<state_dir>/blobs` (state_dir: ROLLOUT_STATE_DIR or `.rollout`)."""
+    env = os.environ.get("ROLLOUT_BLOB_URL")
+    if env and state_dir is None:
+        return env
+    root = state_dir or os.environ.get("ROLLOUT_STATE_DIR") or ".rollout"
+    return str(Path(root).expanduser().resolve() / "blobs")
+
+
+class BlobStore:
+    """A local folder or an S3 prefix holding files and folders under keys."""
+
+    url: str
+    """The store's root, as given to `from_url`."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    @classmethod
+    def from_url(cls, url: str | None = None) -> BlobStore:
+        """The store at `url` (default: ROLLOUT_BLOB_URL, else `<state_dir>/blobs`)."""
+        chosen = url or default_blob_url()
+        scheme = urlsplit(chosen).scheme
+        if scheme in ("s3", "s3a"):
+            return S3BlobStore(chosen)
+        if scheme in ("", "file") or (len(scheme) == 1 and os.name == "nt"):
+            return LocalBlobStore(chosen)
+        raise BlobError(f"blob store URL {chosen!r} has an unsupported scheme {scheme!r}")
+
+    # The interface; both backends implement every method.
+
+    def uri(self, key: str) -> str:
+        """The full URI of `key` (what to store in the ledger)."""
+        raise NotImplementedError
+
+    def put_bytes(self, data: bytes, key: str) -> str:
+        """Write `data` at `key` atomically; returns its URI."""
+        raise NotImplementedError
+
+    def put_file(self, local_path: str | os.PathLike[str], key: str) -> str:
+        """Copy a local file to `key` atomically; returns its URI."""
+        raise NotImplementedError
+
+    def put_dir(self, local_dir: str | os.PathLike[str], key: str) -> str:
+        """Copy a local folder (for example a checkpoint) to `key` atomically; returns its URI.
+
+        Writing to a key that exists replaces it.
+        """
+        raise NotImplementedError
+
+    def get_dir(self, key: str, local_dir: str | os.PathLike[str]) -> Path:
+        """Copy the folder at `key` into `local_dir` (created; existing files are overwritten)."""
+        raise NotImplementedError
+
+    def get_file(self, key: str, local_path: str | os.PathLike[str]) -> Path:
+        """Copy the file at `key` to `local_path`."""
+        raise NotImplementedError
+
+    def read_bytes(self, key: str) -> bytes:
+        with self.open(key) as handle:
+            return handle.read()
+
+    def open(self, key: str, mode: str = "rb") -> IO[bytes]:
+        """Open the file at `key` for reading (mode 'rb' only: writes go through put_*)."""
+        raise NotImplementedError
+
+    def exists(self, key: str) -> bool:
+        """True if `key` is a file, or a folder whose atomic write completed."""
+        raise NotImplementedError
+
+    def list(self, prefix: str = "") -> list[str]:
+        """Keys of the files under `prefix` (recursively), relative to the root, sorted."""
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.url!r})"
+
+
+def _check_read_mode(mode: str) -> None:
+    if mode not in ("rb", "r"):
+        raise BlobError(f"open mode must be 'rb' (writes go through put_*), got {mode!r}")
+
+
+def _check_key(key: str) -> None:
+    if ".." in Path(key).parts:
+        raise BlobError(f"key must not contain '..', got {key!r}")
+
+
+class LocalBlobStore(BlobStore):
+    """Blobs in a local folder; atomic by write-then-rename in the same folder."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        path = url[len("file://") :] if url.startswith("file://") else url
+        self.root = Path(path).expanduser().resolve()
+
+    def path(self, key: str) -> Path:
+        """The local path of `key` (a relative key, a `file://` URI or an absolute path)."""
+        if key.startswith("file://"):
+            return Path(key[len("file://") :])
+        if "://" in key:
+            raise BlobError(f"a local blob store cannot read {key!r}")
+        if os.path.isabs(key):
+            return Path(key)
+        _check_key(key)
+        return self.root / key
+
+    def uri(self, key: str) -> str:
+        return str(self.path(key))
+
+    def _temp_beside(self, target: Path) -> Path:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        return target.parent / f".{target.name}.tmp-{uuid.uuid4().hex[:12]}"
+
+    def put_bytes(self, data: bytes, key: str) -> str:
+        target = self.path(key)
+        temp = self._temp_beside(target)
+        try:
+            with open(temp, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(temp, target)
+        finally:
+            temp.unlink(missing_ok=True)
+        return str(target)
+
+    def put_file(self, local_path: str | os.PathLike[str], key: str) -> str:
+        source = Path(local_path)
+        if not source.is_file():
+            raise BlobNotFound(f"local file {str(source)!r} does not exist")
+        target = self.path(key)
+        temp = self._temp_beside(target)
+        try:
+            shutil.copyfile(source, temp)
+            os.replace(temp, target)
+        finally:
+            temp.unlink(missing_ok=True)
+        return str(target)
+
+    def put_dir(self, local_dir: str | os.PathLike[str], key: str) -> str:
+        source = Path(local_dir)
+        if not source.is_dir():
+            raise BlobNotFound(f"local folder {str(source)!r} does not exist")
+        target = self.path(key)
+        temp = self._temp_beside(target)
+        try:
+            shutil.copytree(source, temp)
+            try:
+                os.rename(temp, target)  # atomic when target does not exist
+            except OSError:
+                if not target.exists():
+                    raise
+                # Replace: move the old folder aside, move the new one in, drop the old one.
+                old = self._temp_beside(target)
+                os.rename(target, old)
+                os.rename(temp, target)
+                shutil.rmtree(old, ignore_errors=True)
+        finally:
+            if temp.exists():
+                shutil.rmtree(temp, ignore_errors=True)
+        return str(target)
+
+    def get_dir(self, key: str, local_dir: str | os.PathLike[str]) -> Path:
+        source = self.path(key)
+        if not source.is_dir():
+            raise BlobNotFound(f"no folder at {key!r} in {self.url}")
+        destination = Path(local_dir)
+        shutil.copytree(source, destination, dirs_exist_ok=True)
+        return destination
+
+    def get_file(self, key: str, local_path: str | os.PathLike[str]) -> Path:
+        source = self.path(key)
+        if not source.is_file():
+            raise BlobNotFound(f"no file at {key!r} in {self.url}")
+        destination = Path(local_path)
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, destination)
+        return destination
+
+    def open(self, key: str, mode: str = "rb") -> IO[bytes]:
+        _check_read_mode(mode)
+        source = self.path(key)
+        if not source.is_file():
+            raise BlobNotFound(f"no file at {key!r} in {self.url}")
+        return open(source, "rb")
+
+    def exists(self, key: str) -> bool:
+        return self.path(key).exists()
+
+    def list(self, prefix: str = "") -> list[str]:
+        base = self.path(prefix) if prefix else self.root
+        if base.is_file():
+            return [base.relative_to(self.root).as_posix()]
+        if not base.is_dir():
+            return []
+        keys = []
+        for path in base.rglob("*"):
+            relative = path.relative_to(self.root)
+            if path.is_file() and not any(part.startswith(".") for part in relative.parts):
+                keys.append(relative.as_posix())
+        return sorted(keys)
+
+
+class S3BlobStore(BlobStore):
+    """Blobs under an S3 prefix (S3 or a compatible service) through s3fs."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        parts = urlsplit(url)
+        query = parse_qs(parts.query)
+        self.bucket = parts.netloc
+        if not self.bucket:
+            raise BlobError(f"S3 URL {url!r} names no bucket (expected s3://bucket/prefix)")
+        self.prefix = parts.path.strip("/")
+        endpoint = (query.get("endpoint_url") or query.get("endpoint") or [None])[0]
+        self.endpoint_url = endpoint or os.environ.get("AWS_ENDPOINT_URL") or None
+        self._fs: Any = None
+
+    @property
+    def fs(self) -> Any:
+        """The s3fs filesystem (created on first use)."""
+        if self._fs is None:
+            import s3fs
+
+            client_kwargs: dict[str, Any] = {}
+            if self.endpoint_url:
+                client_kwargs["endpoint_url"] = self.endpoint_url
+            # No listings cache: other processes write here too.
+            self._fs = s3fs.S3FileSystem(
+                client_kwargs=client_kwargs, skip_instance_cache=True, use_listings_cache=False
+            )
+        return self._fs
+
+    def path(self, key: str) -> str:
+        """`bucket/prefix/key` (what s3fs takes) for a key or a full `s3://` URI."""
+        if key.startswith(("s3://", "s3a://")):
+            return key.split("://", 1)[1].rstrip("/")
+        if "://" in key:
+            raise BlobError(f"an S3 blob store cannot read {key!r}")
+        _check_key(key)
+        parts = [self.bucket, self.prefix, key.strip("/")]
+        return "/".join(part for part in parts if part)
+
+    def uri(self, key: str) -> str:
+        return "s3://" + self.path(key)
+
+    def _relative(self, path: str) -> str:
+        root = "/".join(part for part in (self.bucket, self.prefix) if part) + "/"
+        return path[len(root) :] if path.startswith(root) else path
+
+    def put_bytes(self, data: bytes, key: str) -> str:
+        self.fs.pipe_file(self.path(key), data)  # one PUT: the object appears whole
+        return self.uri(key)
+
+    def put_file(self, local_path: str | os.PathLike[str], key: str) -> str:
+        source = Path(local_path)
+        if not source.is_file():
+            raise BlobNotFound(f"local file {str(source)!r} does not exist")
+        self.fs.put_file(str(source), self.path(key))
+        return self.uri(key)
+
+    def put_dir(self, local_dir: str | os.PathLike[str], key: str) -> str:
+        source = Path(local_dir)
+        if not source.is_dir():
+            raise BlobNotFound(f"local folder {str(source)!r} does not exist")
+        target = self.path(key)
+        marker = f"{target}/{MARKER}"
+        with contextlib.suppress(FileNotFoundError):
+            self.fs.rm_file(marker)  # a replaced folder is incomplete until its new marker
+        files: list[dict[str, Any]] = []
+        for path in sorted(p for p in source.rglob("*") if p.is_file()):
+            relative = path.relative_to(source).as_posix()
+            self.fs.put_file(str(path), f"{target}/{relative}")
+            files.append({"path": relative, "size": path.stat().st_size})
+        self.fs.pipe_file(marker, json.dumps({"files": files}).encode())
+        return self.uri(key)
+
+    def _manifest(self, key: str) -> list[dict[str, Any]]:
+        marker = f"{self.path(key)}/{MARKER}"
+        try:
+            data = self.fs.cat_file(marker)
+        except FileNotFoundError:
+            raise BlobNotFound(f"no complete folder at {key!r} in {self.url}") from None
+        return list(json.loads(data)["files"])
+
+    def get_dir(self, key: str, local_dir: str | os.PathLike[str]) -> Path:
+        destination = Path(local_dir)
+        destination.mkdir(parents=True, exist_ok=True)
+        target = self.path(key)
+        for entry in self._manifest(key):
+            local = destination / entry["path"]
+            local.parent.mkdir(parents=True, exist_ok=True)
+            self.fs.get_file(f"{target}/{entry['path']}", str(local))
+        return destination
+
+    def get_file(self, key: str, local_path: str | os.PathLike[str]) -> Path:
+        destination = Path(local_path)
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.fs.get_file(self.path(key), str(destination))
+        except FileNotFoundError:
+            raise BlobNotFound(f"no file at {key!r} in {self.url}") from None
+        return destination
+
+    def open(self, key: str, mode: str = "rb") -> IO[bytes]:
+        _check_read_mode(mode)
+        try:
+            return self.fs.open(self.path(key), "rb")
+        except FileNotFoundError:
+            raise BlobNotFound(f"no file at {key!r} in {self.url}") from None
+
+    def read_bytes(self, key: str) -> bytes:
+        try:
+            return bytes(self.fs.cat_file(self.path(key)))
+        except FileNotFoundError:
+            raise BlobNotFound(f"no file at {key!r} in {self.url}") from None
+
+    def exists(self, key: str) -> bool:
+        path = self.path(key)
+        if self.fs.exists(f"{path}/{MARKER}"):
+            return True
+        try:
+            return bool(self.fs.isfile(path))
+        except FileNotFoundError:
+            return False
+
+    def list(self, prefix: str = "") -> list[str]:
+        base = self.path(prefix) if prefix else "/".join(p for p in (self.bucket, self.prefix) if p)
+        try:
+            found = self.fs.find(base)
+        except FileNotFoundError:
+            return []
+        return sorted(
+            self._relative(path) for path in found if not path.rsplit("/", 1)[-1].startswith(".")
+        )
+
+    def iter_files(self, key: str) -> Iterator[str]:
+        """The files of the complete folder at `key`, from its manifest."""
+        for entry in self._manifest(key):
+            yield str(entry["path"])

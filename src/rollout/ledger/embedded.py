@@ -1,0 +1,151 @@
+"""The embedded Postgres: a private server under the state folder, shared by every process.
+
+With no database URL (no argument, no `ROLLOUT_DATABASE_URL`), the platform runs a real
+PostgreSQL 16 (from the `pgserver` wheel) with its data in `<state_dir>/postgres`, listening on a
+Unix socket only. The first process to ask starts it; every later process, and every later
+command, finds the running server through `postmaster.pid` and reuses it (pgserver serialises
+starts with an inter-process lock). The server keeps running after the process that started it
+exits, so commands are quick; `stop_embedded` stops it.
+
+A supervisor calls `database_url()` once and hands the URL to its children through
+`ROLLOUT_DATABASE_URL`, so they all use the one server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlsplit, urlunsplit
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from rollout.ledger.errors import LedgerError
+
+DEFAULT_STATE_DIR = ".rollout"
+DEFAULT_DATABASE = "rollout"
+
+
+def state_dir(path: str | os.PathLike[str] | None = None) -> Path:
+    """The state folder: `path`, else `ROLLOUT_STATE_DIR`, else `.rollout` in the current folder."""
+    chosen = path if path is not None else os.environ.get("ROLLOUT_STATE_DIR") or DEFAULT_STATE_DIR
+    return Path(chosen).expanduser().resolve()
+
+
+def _pgserver() -> Any:
+    # pgserver warns about XDG_RUNTIME_DIR at import time; the fallback it picks is fine.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import pgserver
+
+    return pgserver
+
+
+def pgserver_handle(pgdata: str | os.PathLike[str], cleanup_mode: str | None = None) -> Any:
+    """pgserver's handle of the server whose data folder is `pgdata` (started if needed).
+
+    `cleanup_mode` 'delete' stops it and deletes the folder when this process lets go (tests);
+    None (the default) leaves it running for other processes.
+    """
+    return _pgserver().get_server(Path(pgdata), cleanup_mode=cleanup_mode)
+
+
+def start_embedded(path: str | os.PathLike[str] | None = None) -> str:
+    """Start the embedded server under `<state_dir>/postgres`, or find it running.
+
+    Returns:
+        The URL of its `postgres` maintenance database.
+    """
+    folder = state_dir(path)
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        server = pgserver_handle(folder / "postgres")
+    except Exception as error:  # pgserver raises plain exceptions (CalledProcessError, ...)
+        log = folder / "postgres" / "log"
+        tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+        raise LedgerError(
+            f"could not start the embedded Postgres in {folder / 'postgres'}: {error}\n{tail}"
+        ) from error
+    return str(server.get_uri())
+
+
+def with_database(url: str, database: str) -> str:
+    """`url` pointing at `database` instead (keeps the host, user and options).
+
+    Works for `postgresql://` URLs and for `key=value` connection strings.
+    """
+    if url.startswith(("postgresql://", "postgres://")):
+        parts = urlsplit(url)
+        return urlunsplit(parts._replace(path="/" + quote(database)))
+    info = conninfo_to_dict(url)
+    info["dbname"] = database
+    return make_conninfo("", **{k: v for k, v in info.items() if v is not None})
+
+
+def ensure_database(server_url: str, database: str) -> None:
+    """CREATE DATABASE unless it exists (safe when several processes race to create it)."""
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        cursor = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (database,))
+        if cursor.fetchone():
+            return
+        # Another process may create it first: that is fine.
+        with contextlib.suppress(pg_errors.DuplicateDatabase, pg_errors.UniqueViolation):
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
+
+
+def database_url(
+    path: str | os.PathLike[str] | None = None, database: str = DEFAULT_DATABASE
+) -> str:
+    """Start or reuse the embedded server and return a URL of its `database` (created if needed).
+
+    Pass this URL to child processes as `ROLLOUT_DATABASE_URL`.
+    """
+    server_url = start_embedded(path)
+    ensure_database(server_url, database)
+    return with_database(server_url, database)
+
+
+def embedded_pid(path: str | os.PathLike[str] | None = None) -> int | None:
+    """The running embedded server's process id, or None when it is not running."""
+    pid_file = state_dir(path) / "postgres" / "postmaster.pid"
+    try:
+        pid = int(pid_file.read_text().splitlines()[0])
+    except (FileNotFoundError, IndexError, ValueError):
+        return None
+    return pid if _alive(pid) else None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A stopped server that nobody reaped (no init in a container) is a zombie: count it as gone.
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
+
+
+def stop_embedded(path: str | os.PathLike[str] | None = None, timeout: float = 30.0) -> bool:
+    """Stop the embedded server (fast shutdown). Returns False when it was not running."""
+    pid = embedded_pid(path)
+    if pid is None:
+        return False
+    os.kill(pid, signal.SIGINT)  # Postgres' "fast" shutdown: roll back clients, checkpoint, exit
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not _alive(pid):
+            return True
+        time.sleep(0.05)
+    raise LedgerError(f"the embedded Postgres (pid {pid}) did not stop within {timeout:g} s")

@@ -1,0 +1,147 @@
+"""Wake-ups: one dedicated LISTEN connection per `Ledger`, shared by every waiter.
+
+Writes NOTIFY a channel per fact table (by trigger, payload = run id). `Listener.wait` returns
+True when a notification arrived since this ledger's previous wait on the same key, so a
+notification that lands while a follower is busy querying is not lost; otherwise it waits up to
+`timeout` and returns False, which is the polling fallback. When the connection drops, waits time
+out (polling) until it is back, and every key counts as notified once on reconnect, since
+notifications may have been missed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+import psycopg
+from psycopg import sql
+
+log = logging.getLogger(__name__)
+
+CHANNELS: tuple[str, ...] = (
+    "runs",  # a run was created
+    "settings",  # a run setting changed
+    "episodes",  # episodes were added, or settings changed (seats may be claimable)
+    "claims",  # a seat was claimed
+    "turns",  # turns were recorded
+    "ends",  # a seat ended
+    "groups",  # a train seat ended: a group may be complete
+    "train_steps",  # a train step was recorded
+    "checkpoints",  # a checkpoint was recorded
+    "conversions",  # a checkpoint conversion was recorded
+    "serving",  # a serving record or a serving acknowledgement was written
+    "serving_acks",  # a server acknowledged what it serves
+)
+
+_Key = tuple[str, str | None]
+
+
+class Listener:
+    """Listens on every ledger channel and wakes waiters."""
+
+    def __init__(self, url: str, *, reconnect_delay: float = 1.0) -> None:
+        self._url = url
+        self._reconnect_delay = reconnect_delay
+        self._task: asyncio.Task[None] | None = None
+        self._ready = asyncio.Event()
+        self._generation: dict[_Key, int] = {}
+        self._seen: dict[_Key, int] = {}
+        self._events: dict[_Key, asyncio.Event] = {}
+        self._connected_once = False
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="rollout-ledger-listener")
+
+    async def ready(self, timeout: float) -> bool:  # noqa: ASYNC109
+        """Start listening (if not yet) and wait until LISTEN is in place."""
+        self.start()
+        if self._ready.is_set():
+            return True
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._ready.wait(), timeout)
+        return self._ready.is_set()
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+            self._task = None
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                conn = await psycopg.AsyncConnection.connect(self._url, autocommit=True)
+            except Exception as error:
+                log.warning("ledger listener: cannot connect (%s); polling meanwhile", error)
+                await asyncio.sleep(self._reconnect_delay)
+                continue
+            try:
+                for channel in CHANNELS:
+                    await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+                if self._connected_once:
+                    self._wake_all()  # notifications may have been missed while disconnected
+                self._connected_once = True
+                self._ready.set()
+                async for note in conn.notifies():
+                    self._bump((note.channel, None))
+                    self._bump((note.channel, note.payload))
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:
+                log.warning("ledger listener: connection lost (%s); reconnecting", error)
+            finally:
+                self._ready.clear()
+                with contextlib.suppress(Exception):
+                    await conn.close()
+            await asyncio.sleep(self._reconnect_delay)
+
+    def _bump(self, key: _Key) -> None:
+        self._generation[key] = self._generation.get(key, 0) + 1
+        event = self._events.pop(key, None)
+        if event is not None:
+            event.set()
+
+    def _wake_all(self) -> None:
+        for key in list(self._generation) + list(self._events):
+            self._bump(key)
+
+    def _take(self, keys: list[_Key]) -> bool:
+        """Mark the keys seen; True if any had news since the last take."""
+        news = False
+        for key in keys:
+            generation = self._generation.get(key, 0)
+            if generation != self._seen.get(key, 0):
+                news = True
+            self._seen[key] = generation
+        return news
+
+    async def wait(
+        self,
+        channels: list[str],
+        run_id: str | None,
+        timeout: float,  # noqa: ASYNC109
+    ) -> bool:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        if not await self.ready(timeout):
+            return False
+        keys: list[_Key] = [(channel, run_id) for channel in channels]
+        if self._take(keys):
+            return True
+        events = [self._events.setdefault(key, asyncio.Event()) for key in keys]
+        waiters = [asyncio.create_task(event.wait()) for event in events]
+        try:
+            remaining = max(0.0, deadline - loop.time())
+            done, _ = await asyncio.wait(
+                waiters, timeout=remaining, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+        if not done:
+            return False
+        self._take(keys)
+        return True

@@ -1,0 +1,184 @@
+"""The ledger's records: frozen dataclasses, read from and written to Postgres.
+
+Times (`created_at`, ...) are Unix seconds as floats. Records passed *into* a write (for example a
+`CheckpointRecord` given to `Ledger.record_train_step`) have their `created_at` ignored: the
+database stamps it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from rollout.contracts import Turn
+
+EPISODE_KINDS = ("train", "eval", "playground")
+SEAT_STATUSES = ("completed", "failed")
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    run_id: str
+    name: str
+    environment: str
+    config: dict[str, Any]
+    created_at: float
+
+
+@dataclass(frozen=True)
+class EpisodeSpec:
+    """One episode to play: group `group_index`, member `member` of the group."""
+
+    group_index: int
+    member: int
+    parameters: dict[str, Any]
+    seed: int
+    agents: int = 1
+    kind: str = "train"
+    """'train', 'eval' or 'playground': only 'train' episodes are trained on."""
+
+
+@dataclass(frozen=True)
+class SeatClaim:
+    """A runner's fenced claim on one agent seat of one episode. `attempt` is the epoch."""
+
+    run_id: str
+    episode_id: str
+    agent: int
+    attempt: int
+    runner: str
+    parameters: dict[str, Any]
+    seed: int
+    agents: int
+    api_key: str
+    kind: str = "train"
+    group_index: int = 0
+    member: int = 0
+
+
+@dataclass(frozen=True)
+class KeyInfo:
+    run_id: str
+    episode_id: str
+    agent: int
+    attempt: int
+
+
+@dataclass(frozen=True)
+class Lease:
+    name: str
+    holder: str
+    epoch: int
+    expires_at: float = 0.0
+
+
+@dataclass(frozen=True)
+class SeatEnd:
+    episode_id: str
+    agent: int
+    attempt: int
+    status: str  # 'completed' | 'failed'
+    reward: float
+    score: dict[str, Any] | None
+    metrics: dict[str, float]
+    error: str | None
+    created_at: float = 0.0
+
+
+@dataclass(frozen=True)
+class SeatState:
+    """Where one seat stands: its latest attempt (0: never claimed), who holds it, until when."""
+
+    agent: int
+    attempt: int
+    runner: str | None
+    expires_at: float | None
+    ended: bool
+
+
+@dataclass(frozen=True)
+class EpisodeRecord:
+    episode_id: str
+    run_id: str
+    group_index: int
+    member: int
+    parameters: dict[str, Any]
+    seed: int
+    agents: int
+    kind: str
+    turns: tuple[Turn, ...]  # turns of the winning attempts (or latest attempts if unfinished)
+    ends: tuple[SeatEnd, ...]
+    seats: tuple[SeatState, ...] = ()
+    created_at: float = 0.0
+
+    @property
+    def ended(self) -> bool:
+        """True when every seat has ended."""
+        return len(self.ends) == self.agents
+
+
+@dataclass(frozen=True)
+class GroupRecord:
+    """A complete group: every episode of the group has every seat ended."""
+
+    run_id: str
+    group_index: int
+    episodes: tuple[EpisodeRecord, ...]
+
+
+@dataclass(frozen=True)
+class CheckpointRecord:
+    run_id: str
+    version: int
+    parent_version: int | None
+    uri: str
+    kind: str  # 'full' | 'lora'
+    created_at: float
+    metadata: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class TrainStepRecord:
+    run_id: str
+    step: int
+    group_indices: tuple[int, ...]
+    metrics: dict[str, float]
+    created_at: float
+
+
+@dataclass(frozen=True)
+class ServingRecord:
+    """What should be served for a run now: a version and where each backend's files are."""
+
+    run_id: str
+    version: int
+    uris: dict[str, str]  # backend name -> converted checkpoint location
+    created_at: float
+
+
+@dataclass(frozen=True)
+class ServingAck:
+    """What one inference server said it serves now."""
+
+    run_id: str
+    server: str
+    version: int
+    created_at: float
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """Counts for a monitor or the CLI, derived from the facts of one run."""
+
+    run_id: str
+    episodes: int
+    episodes_ended: int
+    seats: int
+    seats_running: int
+    seats_ended: int
+    seats_failed: int
+    turns: int
+    groups_consumed: int
+    train_steps: int
+    latest_version: int | None
+    serving_version: int | None

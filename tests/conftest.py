@@ -1,0 +1,144 @@
+"""Shared fixtures for the platform's tests.
+
+Postgres (a real server, never a mock):
+
+- `pg_server_url` (session): the URL of the `postgres` maintenance database of one private
+  PostgreSQL 16 for the whole test session, started with `pgserver` in a temporary folder (about
+  3 s, once) and stopped and deleted at the end. It runs with `fsync=off`: test data need not
+  survive a power cut. Set `ROLLOUT_TEST_DATABASE_URL` to use a server you run instead.
+- `database_url` (function): the URL of a fresh database for this test alone, with the ledger's
+  migrations applied (cloned from a template database, ~0.1 s), dropped after the test. Give it
+  to subprocesses as `ROLLOUT_DATABASE_URL`.
+- `ledger` (function, async): a connected `rollout.ledger.Ledger` on a fresh database, closed
+  after the test. Tests never see each other's rows.
+- `make_ledger` (function, async): a factory for more `Ledger`s on the same fresh database (for
+  tests of concurrent processes' views), each closed after the test.
+
+Blobs:
+
+- `blob_store` (function): a local `rollout.blobs.BlobStore` rooted in the test's tmp_path.
+
+Example:
+    async def test_runs(ledger):
+        run = await ledger.create_run("r", "environments.arithmetic:env", {})
+        assert (await ledger.get_run("r")).run_id == run.run_id
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from rollout.blobs import BlobStore
+from rollout.ledger import Ledger
+from rollout.ledger.embedded import pgserver_handle, with_database
+from rollout.ledger.migrate import apply_migrations, schema_fingerprint
+
+# Serialises template creation when several test sessions share one server.
+_TEMPLATE_LOCK = 0x726F6C6C6F7575
+
+
+@pytest.fixture(scope="session")
+def pg_server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """URL of the session's Postgres server (its `postgres` database)."""
+    external = os.environ.get("ROLLOUT_TEST_DATABASE_URL")
+    if external:
+        yield external
+        return
+    server = pgserver_handle(tmp_path_factory.mktemp("postgres") / "pgdata", "delete")
+    url = str(server.get_uri())
+    with psycopg.connect(url, autocommit=True) as conn:
+        # Test data need not survive a crash; skip the fsyncs (DROP DATABASE checkpoints).
+        conn.execute("ALTER SYSTEM SET fsync = off")
+        conn.execute("ALTER SYSTEM SET synchronous_commit = off")
+        conn.execute("ALTER SYSTEM SET full_page_writes = off")
+        conn.execute("SELECT pg_reload_conf()")
+    try:
+        yield url
+    finally:
+        server.cleanup()
+
+
+@pytest.fixture(scope="session")
+def _template_database(pg_server_url: str) -> str:
+    """A migrated template database, named by the migrations' fingerprint."""
+    name = f"rollout_template_{schema_fingerprint()}"
+    with psycopg.connect(pg_server_url, autocommit=True) as conn:
+        conn.execute("SELECT pg_advisory_lock(%s)", (_TEMPLATE_LOCK,))
+        try:
+            exists = conn.execute(
+                "SELECT 1 FROM pg_database WHERE datname = %s", (name,)
+            ).fetchone()
+            if not exists:
+                building = f"{name}_building"
+                conn.execute(
+                    sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+                        sql.Identifier(building)
+                    )
+                )
+                conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(building)))
+                asyncio.run(apply_migrations(with_database(pg_server_url, building)))
+                conn.execute(
+                    sql.SQL("ALTER DATABASE {} RENAME TO {}").format(
+                        sql.Identifier(building), sql.Identifier(name)
+                    )
+                )
+        finally:
+            conn.execute("SELECT pg_advisory_unlock(%s)", (_TEMPLATE_LOCK,))
+    return name
+
+
+@pytest.fixture
+def database_url(pg_server_url: str, _template_database: str) -> Iterator[str]:
+    """URL of a fresh, migrated database for this test only (dropped afterwards)."""
+    name = f"t_{uuid.uuid4().hex[:16]}"
+    with psycopg.connect(pg_server_url, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+                sql.Identifier(name), sql.Identifier(_template_database)
+            )
+        )
+    try:
+        yield with_database(pg_server_url, name)
+    finally:
+        with psycopg.connect(pg_server_url, autocommit=True) as conn:
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+
+
+@pytest.fixture
+async def make_ledger(database_url: str) -> AsyncIterator[Callable[..., Awaitable[Ledger]]]:
+    """Factory: `await make_ledger(**connect_kwargs)` -> a Ledger on this test's database."""
+    opened: list[Ledger] = []
+
+    async def make(**kwargs: Any) -> Ledger:
+        ledger = await Ledger.connect(database_url, **kwargs)
+        opened.append(ledger)
+        return ledger
+
+    try:
+        yield make
+    finally:
+        for ledger in opened:
+            await ledger.close()
+
+
+@pytest.fixture
+async def ledger(make_ledger: Callable[..., Awaitable[Ledger]]) -> Ledger:
+    """A Ledger on a fresh database of the session's Postgres."""
+    return await make_ledger()
+
+
+@pytest.fixture
+def blob_store(tmp_path: Path) -> BlobStore:
+    """A local blob store rooted in this test's tmp_path."""
+    return BlobStore.from_url(str(tmp_path / "blobs"))

@@ -1,0 +1,198 @@
+"""Episodes and seats: claims, keys, fenced turns and ends, pausing."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from ledger_helpers import turn_for
+
+from rollout.ledger import (
+    EpisodeSpec,
+    InvalidInput,
+    KeyInfo,
+    Ledger,
+    NotFound,
+    RunRecord,
+    StaleFence,
+)
+
+
+async def _claim_all(ledger: Ledger, run_id: str, runner: str = "r") -> list:
+    claims = []
+    while (claim := await ledger.claim_seat(runner, run_id=run_id)) is not None:
+        claims.append(claim)
+    return claims
+
+
+async def test_add_episodes_is_idempotent(ledger: Ledger, run: RunRecord) -> None:
+    specs = [
+        EpisodeSpec(g, m, {"q": f"{g}.{m}"}, seed=g * 10 + m) for g in range(2) for m in range(2)
+    ]
+    ids = await ledger.add_episodes(run.run_id, specs)
+    assert len(set(ids)) == 4
+    assert await ledger.add_episodes(run.run_id, specs) == ids
+    episodes = await ledger.list_episodes(run.run_id)
+    assert sorted(e.episode_id for e in episodes) == sorted(ids)
+    assert len(await _claim_all(ledger, run.run_id)) == 4  # seats were not duplicated
+
+
+async def test_bad_episode_specs_are_refused(ledger: Ledger, run: RunRecord) -> None:
+    with pytest.raises(InvalidInput, match=r"episodes\[0\]\.kind.*'training'"):
+        await ledger.add_episodes(run.run_id, [EpisodeSpec(0, 0, {}, 1, kind="training")])
+    with pytest.raises(InvalidInput, match=r"episodes\[1\]\.agents"):
+        await ledger.add_episodes(
+            run.run_id, [EpisodeSpec(0, 0, {}, 1), EpisodeSpec(0, 1, {}, 1, agents=0)]
+        )
+    with pytest.raises(NotFound, match="'ghost'"):
+        await ledger.add_episodes("ghost", [EpisodeSpec(0, 0, {}, 1)])
+    assert await ledger.list_episodes(run.run_id) == []
+
+
+async def test_every_seat_is_claimed_once_in_order(ledger: Ledger, run: RunRecord) -> None:
+    await ledger.add_episodes(
+        run.run_id, [EpisodeSpec(0, m, {"m": m}, seed=m, agents=2) for m in range(3)]
+    )
+    claims = await _claim_all(ledger, run.run_id)
+    assert [(c.member, c.agent, c.attempt) for c in claims] == [
+        (0, 0, 1), (0, 1, 1), (1, 0, 1), (1, 1, 1), (2, 0, 1), (2, 1, 1)
+    ]  # fmt: skip
+    assert claims[2].parameters == {"m": 1} and claims[2].seed == 1 and claims[2].agents == 2
+    assert len({c.api_key for c in claims}) == 6
+    info = await ledger.resolve_key(claims[3].api_key)
+    assert info == KeyInfo(run.run_id, claims[3].episode_id, 1, 1)
+    assert await ledger.resolve_key("rk-unknown") is None
+
+
+async def test_claims_filter_by_run_and_kind(ledger: Ledger, run: RunRecord) -> None:
+    other = await ledger.create_run("other", "env:b", {})
+    await ledger.add_episodes(run.run_id, [EpisodeSpec(0, 0, {}, 1, kind="eval")])
+    await ledger.add_episodes(other.run_id, [EpisodeSpec(0, 0, {}, 1)])
+    assert await ledger.claim_seat("r", run_id=run.run_id, kinds=["train"]) is None
+    claim = await ledger.claim_seat("r", kinds=["eval"])
+    assert claim is not None and claim.run_id == run.run_id and claim.kind == "eval"
+    claim = await ledger.claim_seat("r")
+    assert claim is not None and claim.run_id == other.run_id
+
+
+async def test_paused_runs_hand_out_no_seats(ledger: Ledger, run: RunRecord) -> None:
+    await ledger.add_episodes(run.run_id, [EpisodeSpec(0, m, {}, m) for m in range(2)])
+    await ledger.pause_run(run.run_id)
+    assert await ledger.claim_seat("r") is None
+    assert await ledger.claim_seat("r", run_id=run.run_id) is None
+    await ledger.resume_run(run.run_id)
+    assert len(await _claim_all(ledger, run.run_id)) == 2
+
+
+async def test_expired_claim_is_taken_over_and_the_old_attempt_is_fenced(
+    ledger: Ledger, run: RunRecord
+) -> None:
+    await ledger.add_episodes(run.run_id, [EpisodeSpec(0, 0, {}, 1)])
+    old = await ledger.claim_seat("old-runner", lease_seconds=0.05)
+    assert old is not None and old.attempt == 1
+    assert await ledger.record_turn(turn_for(old, 0))
+    assert await ledger.claim_seat("new-runner") is None  # still held
+    await asyncio.sleep(0.1)
+    new = await ledger.claim_seat("new-runner")
+    assert new is not None and (new.episode_id, new.agent, new.attempt) == (
+        old.episode_id, 0, 2
+    )  # fmt: skip
+    assert new.api_key != old.api_key
+
+    with pytest.raises(StaleFence, match="taken over by attempt 2"):
+        await ledger.record_turn(turn_for(old, 1))
+    with pytest.raises(StaleFence):
+        await ledger.record_turns([turn_for(old, 1)])
+    with pytest.raises(StaleFence):
+        await ledger.end_seat(old, reward=1.0)
+    with pytest.raises(StaleFence):
+        await ledger.heartbeat(old)
+    # Nothing of the old attempt changed: one turn, no end.
+    assert len(await ledger.seat_turns(old.episode_id, 0, 1)) == 1
+    episode = await ledger.episode(old.episode_id)
+    assert episode.ends == () and episode.seats[0].attempt == 2
+    assert episode.seats[0].runner == "new-runner"
+
+    assert await ledger.record_turn(turn_for(new, 0))
+    assert await ledger.end_seat(new, reward=0.5)
+    episode = await ledger.episode(old.episode_id)
+    assert [(t.attempt, t.index) for t in episode.turns] == [(2, 0)]  # the winning attempt's
+    assert [(e.attempt, e.reward) for e in episode.ends] == [(2, 0.5)]
+
+
+async def test_heartbeat_keeps_a_claim(ledger: Ledger, run: RunRecord) -> None:
+    await ledger.add_episodes(run.run_id, [EpisodeSpec(0, 0, {}, 1)])
+    claim = await ledger.claim_seat("r", lease_seconds=0.2)
+    assert claim is not None
+    for _ in range(3):
+        await asyncio.sleep(0.1)
+        await ledger.heartbeat(claim, lease_seconds=0.2)
+    assert await ledger.claim_seat("thief") is None
+    await asyncio.sleep(0.3)  # expired but not taken over: a heartbeat revives it
+    await ledger.heartbeat(claim, lease_seconds=5)
+    assert await ledger.claim_seat("thief") is None
+
+
+async def test_the_same_turn_twice_is_stored_once(ledger: Ledger, run: RunRecord) -> None:
+    await ledger.add_episodes(run.run_id, [EpisodeSpec(0, 0, {}, 1)])
+    claim = await ledger.claim_seat("r")
+    assert claim is not None
+    turn = turn_for(claim, 0)
+    assert await ledger.record_turn(turn)
+    assert not await ledger.record_turn(turn)
+    assert await ledger.record_turns([turn, turn_for(claim, 1), turn_for(claim, 1)]) == [
+        False, True, False
+    ]  # fmt: skip
+    stored = await ledger.seat_turns(claim.episode_id, 0, claim.attempt)
+    assert stored == [turn, turn_for(claim, 1, started_at=stored[1].started_at,
+                                     ended_at=stored[1].ended_at)]  # fmt: skip
+    assert stored[0].logprobs == turn.logprobs  # float64 exactly
+    assert await ledger.last_turn(claim.episode_id, 0, claim.attempt) == stored[1]
+    rows = await ledger.turns_for_run(run.run_id)
+    assert [t.index for _, t in rows] == [0, 1]
+    assert await ledger.turns_for_run(run.run_id, since=rows[0][0]) == rows[1:]
+
+
+async def test_turn_validation(ledger: Ledger, run: RunRecord) -> None:
+    await ledger.add_episodes(run.run_id, [EpisodeSpec(0, 0, {}, 1)])
+    claim = await ledger.claim_seat("r")
+    assert claim is not None
+    with pytest.raises(InvalidInput, match="2 values for 3 completion tokens"):
+        await ledger.record_turn(turn_for(claim, 0, logprobs=(-1.0, -2.0)))
+    with pytest.raises(NotFound, match="seat 5"):
+        await ledger.record_turn(turn_for(claim, 0, agent=5))
+
+
+async def test_first_end_wins_and_late_turns_are_refused(ledger: Ledger, run: RunRecord) -> None:
+    await ledger.add_episodes(run.run_id, [EpisodeSpec(0, 0, {}, 1)])
+    claim = await ledger.claim_seat("r")
+    assert claim is not None
+    assert await ledger.record_turn(turn_for(claim, 0))
+    assert await ledger.end_seat(claim, reward=1.0, metrics={"turns": 1.0}, score={"ok": True})
+    assert not await ledger.end_seat(claim, reward=0.0, status="failed", error="late")
+    ends = (await ledger.episode(claim.episode_id)).ends
+    assert [(e.status, e.reward, e.metrics, e.score) for e in ends] == [
+        ("completed", 1.0, {"turns": 1.0}, {"ok": True})
+    ]
+    assert not await ledger.record_turn(turn_for(claim, 0))  # a retry of a recorded turn
+    with pytest.raises(StaleFence, match="has ended"):
+        await ledger.record_turn(turn_for(claim, 1))
+    assert await ledger.claim_seat("r") is None  # ended seats are never handed out again
+
+
+async def test_end_seat_validates(ledger: Ledger, run: RunRecord) -> None:
+    await ledger.add_episodes(run.run_id, [EpisodeSpec(0, 0, {}, 1)])
+    claim = await ledger.claim_seat("r")
+    assert claim is not None
+    with pytest.raises(InvalidInput, match=r"status.*'done'"):
+        await ledger.end_seat(claim, reward=1.0, status="done")
+    with pytest.raises(InvalidInput, match="reward must be finite"):
+        await ledger.end_seat(claim, reward=float("nan"))
+    with pytest.raises(InvalidInput, match=r"metrics\['loss'\]"):
+        await ledger.end_seat(claim, reward=1.0, metrics={"loss": float("inf")})
+    assert (await ledger.episode(claim.episode_id)).ends == ()
+
+
+async def test_episode_not_found(ledger: Ledger) -> None:
+    with pytest.raises(NotFound, match="'nope'"):
+        await ledger.episode("nope")
