@@ -38,7 +38,9 @@ from rollout.contracts import (
 )
 from rollout.gateway.errors import GatewayError
 from rollout.gateway.keys import KeyResolver, keys_from_headers
+from rollout.harness.errors import RolloutError
 from rollout.inference.base import InferenceBackend
+from rollout.inference.remote import InferenceUnavailable
 from rollout.ledger import KeyInfo, LedgerError, StaleFence
 from rollout.rendering.base import Renderer
 
@@ -426,7 +428,12 @@ class Gateway:
             completion = await self.backend.sample(prompt, params)
         except GatewayError:
             raise
+        except InferenceUnavailable as exc:
+            raise GatewayError(f"inference is unavailable: {exc}", kind="unavailable") from exc
         except Exception as exc:
+            if isinstance(exc, RolloutError) and isinstance(exc, ValueError):
+                # A backend's BackendError: it names the request field it cannot serve.
+                raise GatewayError(str(exc), code="backend_rejected") from exc
             log.exception("backend %s failed", getattr(self.backend, "name", "?"))
             raise GatewayError(
                 f"inference backend failed: {type(exc).__name__}: {exc}", kind="server"
