@@ -14,6 +14,11 @@ Postgres (a real server, never a mock):
 - `make_ledger` (function, async): a factory for more `Ledger`s on the same fresh database (for
   tests of concurrent processes' views), each closed after the test.
 
+- `embedded_state_dir` (function): a state folder for tests that start the embedded Postgres
+  themselves (no URL given). Never put an embedded server under `tmp_path`: pytest resets
+  `/tmp/pytest-of-<user>` to mode 0700 whenever a session starts, which locks out the server's
+  system user (as root, pgserver runs Postgres as user 'pgserver') and crashes it.
+
 Blobs:
 
 - `blob_store` (function): a local `rollout.blobs.BlobStore` rooted in the test's tmp_path.
@@ -28,6 +33,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
@@ -39,7 +46,7 @@ from psycopg import sql
 
 from rollout.blobs import BlobStore
 from rollout.ledger import Ledger
-from rollout.ledger.embedded import pgserver_handle, with_database
+from rollout.ledger.embedded import pgserver_handle, stop_embedded, with_database
 from rollout.ledger.migrate import apply_migrations, schema_fingerprint
 
 # Serialises template creation when several test sessions share one server.
@@ -47,13 +54,17 @@ _TEMPLATE_LOCK = 0x726F6C6C6F7575
 
 
 @pytest.fixture(scope="session")
-def pg_server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def pg_server_url() -> Iterator[str]:
     """URL of the session's Postgres server (its `postgres` database)."""
     external = os.environ.get("ROLLOUT_TEST_DATABASE_URL")
     if external:
         yield external
         return
-    server = pgserver_handle(tmp_path_factory.mktemp("postgres") / "pgdata", "delete")
+    # Not under pytest's basetemp: pytest resets /tmp/pytest-of-<user> to 0700 whenever any
+    # session starts, which locks out the server's own system user (pgserver runs Postgres as
+    # 'pgserver' when we are root) and crashes it.
+    folder = Path(tempfile.mkdtemp(prefix="rollout-test-pg-"))
+    server = pgserver_handle(folder / "pgdata", "delete")
     url = str(server.get_uri())
     with psycopg.connect(url, autocommit=True) as conn:
         # Test data need not survive a crash; skip the fsyncs (DROP DATABASE checkpoints).
@@ -65,6 +76,7 @@ def pg_server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield url
     finally:
         server.cleanup()
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -136,6 +148,19 @@ async def make_ledger(database_url: str) -> AsyncIterator[Callable[..., Awaitabl
 async def ledger(make_ledger: Callable[..., Awaitable[Ledger]]) -> Ledger:
     """A Ledger on a fresh database of the session's Postgres."""
     return await make_ledger()
+
+
+@pytest.fixture
+def embedded_state_dir() -> Iterator[Path]:
+    """A state folder for tests that start the embedded Postgres themselves (`rollout up`,
+    `Ledger.connect()` with no URL). Outside pytest's basetemp (see `pg_server_url`); any
+    embedded server in it is stopped and the folder deleted after the test."""
+    folder = Path(tempfile.mkdtemp(prefix="rollout-test-state-"))
+    try:
+        yield folder
+    finally:
+        stop_embedded(folder)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture

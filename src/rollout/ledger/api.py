@@ -449,6 +449,33 @@ class Ledger:
         assert row is not None
         return RunSummary(run_id, *row)
 
+    async def episode_counts(self, run_id: str) -> dict[str, int]:
+        """Episodes of the run by state: 'total', 'pending' (no seat claimed yet), 'running'
+        (claimed, not every seat ended), 'ended' (every seat ended) and 'failed' (ended with a
+        failed seat)."""
+        async with self._pool.connection() as conn:
+            cursor = await conn.execute(
+                """
+                SELECT count(*),
+                       count(*) FILTER (WHERE claimed = 0),
+                       count(*) FILTER (WHERE claimed > 0 AND NOT ended),
+                       count(*) FILTER (WHERE ended),
+                       count(*) FILTER (WHERE ended AND failed)
+                FROM (
+                    SELECT s.episode_id,
+                           count(*) FILTER (WHERE s.attempt > 0) AS claimed,
+                           bool_and(s.done) AS ended,
+                           EXISTS (SELECT 1 FROM seat_ends x WHERE x.episode_id = s.episode_id
+                                   AND x.status = 'failed') AS failed
+                    FROM seats s WHERE s.run_id = %s GROUP BY s.episode_id
+                ) e
+                """,
+                (run_id,),
+            )
+            row = await cursor.fetchone()
+        assert row is not None
+        return dict(zip(("total", "pending", "running", "ended", "failed"), row, strict=True))
+
     # ------------------------------------------------------------------------------------------
     # episodes and seats
 
@@ -863,11 +890,11 @@ class Ledger:
         limit: int = 100,
         *,
         kind: str | None = None,
-        with_turns: bool = False,
+        with_turns: bool = True,
     ) -> list[EpisodeRecord]:
         """The run's most recently added episodes, newest first.
 
-        Turns are loaded only `with_turns` (otherwise each record's `turns` is empty).
+        With `with_turns=False` the records' `turns` are left empty (much less to read).
         """
         async with self._pool.connection() as conn:
             cursor = await conn.execute(

@@ -1,0 +1,51 @@
+"""Conversions, fenced serving records and serving acknowledgements."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from rollout.ledger import Ledger, RunRecord, ServingRecord, StaleFence
+
+
+async def test_conversions_are_recorded_once(ledger: Ledger, run: RunRecord) -> None:
+    rid = run.run_id
+    assert await ledger.record_conversion(rid, 1, "local", "runs/x/v1-local")
+    assert not await ledger.record_conversion(rid, 1, "local", "runs/x/v1-local")
+    assert await ledger.record_conversion(rid, 1, "vllm", "runs/x/v1-vllm")
+    assert await ledger.conversions(rid, 1) == {
+        "local": "runs/x/v1-local",
+        "vllm": "runs/x/v1-vllm",
+    }
+    assert await ledger.conversions(rid, 2) == {}
+
+
+async def test_serving_is_fenced_and_the_latest_wins(ledger: Ledger, run: RunRecord) -> None:
+    rid = run.run_id
+    assert await ledger.serving(rid) is None
+    lease = await ledger.acquire_lease(f"trainer:{rid}", "a", ttl_seconds=0.05)
+    assert await ledger.set_serving(lease, ServingRecord(rid, 0, {"local": "v0"}, 0.0))
+    assert not await ledger.set_serving(lease, ServingRecord(rid, 0, {"local": "v0"}, 0.0))
+    assert await ledger.set_serving(lease, ServingRecord(rid, 1, {"local": "v1"}, 0.0))
+    current = await ledger.serving(rid)
+    assert current is not None and (current.version, current.uris) == (1, {"local": "v1"})
+
+    await asyncio.sleep(0.1)
+    await ledger.acquire_lease(f"trainer:{rid}", "b")
+    with pytest.raises(StaleFence):
+        await ledger.set_serving(lease, ServingRecord(rid, 2, {"local": "v2"}, 0.0))
+    current = await ledger.serving(rid)
+    assert current is not None and current.version == 1
+
+
+async def test_acks_keep_the_latest_per_server(ledger: Ledger, run: RunRecord) -> None:
+    rid = run.run_id
+    assert await ledger.serving_acks(rid) == {}
+    assert await ledger.ack_serving(rid, "s1", 0)
+    assert not await ledger.ack_serving(rid, "s1", 0)
+    assert await ledger.ack_serving(rid, "s2", 0)
+    assert await ledger.ack_serving(rid, "s1", 1)
+    assert await ledger.serving_acks(rid) == {"s1": 1, "s2": 0}
+    records = await ledger.serving_ack_records(rid)
+    assert [(a.server, a.version) for a in records] == [("s1", 1), ("s2", 0)]

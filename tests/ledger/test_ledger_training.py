@@ -1,0 +1,187 @@
+"""Leases, complete groups, fenced train steps and checkpoints."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from ledger_helpers import turn_for
+
+from rollout.ledger import (
+    CheckpointRecord,
+    EpisodeSpec,
+    LeaseHeld,
+    Ledger,
+    LedgerError,
+    RunRecord,
+    SeatClaim,
+    StaleFence,
+)
+
+
+def checkpoint(run_id: str, version: int, parent: int | None = None) -> CheckpointRecord:
+    return CheckpointRecord(
+        run_id=run_id,
+        version=version,
+        parent_version=parent,
+        uri=f"runs/{run_id}/checkpoints/v{version:06d}",
+        kind="lora",
+        created_at=0.0,
+        metadata={"rank": 8},
+    )
+
+
+async def _play(ledger: Ledger, run_id: str, *, status: str = "completed") -> list[SeatClaim]:
+    """Claim every open seat, record two turns on each and end it."""
+    claims = []
+    while (claim := await ledger.claim_seat("r", run_id=run_id)) is not None:
+        await ledger.record_turns([turn_for(claim, 0), turn_for(claim, 1)])
+        await ledger.end_seat(claim, reward=float(claim.member), status=status)
+        claims.append(claim)
+    return claims
+
+
+async def test_lease_is_renewed_by_its_holder_and_taken_over_when_expired(
+    ledger: Ledger,
+) -> None:
+    first = await ledger.acquire_lease("trainer:x", "a", ttl_seconds=0.2)
+    assert first.epoch == 1
+    assert (await ledger.acquire_lease("trainer:x", "a", ttl_seconds=0.2)).epoch == 1
+    with pytest.raises(LeaseHeld, match="held by 'a'"):
+        await ledger.acquire_lease("trainer:x", "b")
+    await asyncio.sleep(0.3)
+    taken = await ledger.acquire_lease("trainer:x", "b")
+    assert (taken.holder, taken.epoch) == ("b", 2)
+    with pytest.raises(StaleFence):
+        await ledger.renew_lease(first)
+    assert (await ledger.renew_lease(taken)).epoch == 2
+    assert await ledger.release_lease(taken)
+    again = await ledger.acquire_lease("trainer:x", "c")
+    assert again.epoch == 3
+    assert await ledger.lease("trainer:x") == again
+
+
+async def test_complete_groups_returns_only_fully_ended_unconsumed_groups(
+    ledger: Ledger, run: RunRecord
+) -> None:
+    rid = run.run_id
+    await ledger.add_episodes(
+        rid, [EpisodeSpec(g, m, {}, g * 2 + m, agents=2) for g in range(3) for m in range(2)]
+    )
+    await ledger.add_episodes(rid, [EpisodeSpec(0, 0, {}, 9, kind="eval")])
+    assert await ledger.complete_groups(rid, 10) == []
+    # Play group 0 fully and group 1 except its last seat.
+    claims = [await ledger.claim_seat("r", run_id=rid, kinds=["train"]) for _ in range(7)]
+    for claim in claims:
+        assert claim is not None
+        await ledger.record_turns([turn_for(claim, 1), turn_for(claim, 0)])
+        await ledger.end_seat(claim, reward=1.0, status="failed" if claim.agent else "completed")
+    groups = await ledger.complete_groups(rid, 10)
+    assert [g.group_index for g in groups] == [0]
+    group = groups[0]
+    assert [e.member for e in group.episodes] == [0, 1]
+    for episode in group.episodes:
+        assert [(t.agent, t.index) for t in episode.turns] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+        assert [(e.agent, e.status) for e in episode.ends] == [(0, "completed"), (1, "failed")]
+        assert episode.ended
+
+    lease = await ledger.acquire_lease(f"trainer:{rid}", "t")
+    assert await ledger.record_train_step(lease, rid, 1, [0], {"loss": 0.5}, checkpoint(rid, 1, 0))
+    assert await ledger.complete_groups(rid, 10) == []  # consumed groups never come back
+    await _play(ledger, rid)
+    assert [g.group_index for g in await ledger.complete_groups(rid, 10)] == [1, 2]
+    assert [g.group_index for g in await ledger.complete_groups(rid, 1)] == [1]
+
+
+async def test_record_train_step_records_step_checkpoint_and_is_idempotent(
+    ledger: Ledger, run: RunRecord
+) -> None:
+    rid = run.run_id
+    await ledger.add_episodes(rid, [EpisodeSpec(g, 0, {}, g) for g in range(2)])
+    await _play(ledger, rid)
+    lease = await ledger.acquire_lease(f"trainer:{rid}", "t")
+    assert await ledger.record_train_step(lease, rid, 0, [], {}, checkpoint(rid, 0))
+    assert await ledger.record_train_step(
+        lease, rid, 1, [0, 1], {"loss": 1.5}, checkpoint(rid, 1, 0)
+    )
+    assert not await ledger.record_train_step(
+        lease, rid, 1, [1, 0], {"loss": 1.5}, checkpoint(rid, 1, 0)
+    )  # a retry
+    with pytest.raises(LedgerError, match="recorded before with groups"):
+        await ledger.record_train_step(lease, rid, 1, [0], {}, checkpoint(rid, 1, 0))
+    with pytest.raises(LedgerError, match="already consumed by step 1"):
+        await ledger.record_train_step(lease, rid, 2, [1], {}, checkpoint(rid, 2, 1))
+    steps = await ledger.train_steps(rid)
+    assert [(s.step, s.group_indices, s.metrics) for s in steps] == [
+        (0, (), {}),
+        (1, (0, 1), {"loss": 1.5}),
+    ]
+    assert [c.version for c in await ledger.checkpoints(rid)] == [0, 1]
+    latest = await ledger.latest_checkpoint(rid)
+    assert latest is not None
+    assert (latest.version, latest.parent_version, latest.kind, latest.metadata) == (
+        1, 0, "lora", {"rank": 8}
+    )  # fmt: skip
+    assert latest.uri == checkpoint(rid, 1).uri and latest.created_at > 0
+
+
+async def test_incomplete_or_unknown_groups_cannot_be_trained(
+    ledger: Ledger, run: RunRecord
+) -> None:
+    rid = run.run_id
+    await ledger.add_episodes(rid, [EpisodeSpec(0, m, {}, m) for m in range(2)])
+    lease = await ledger.acquire_lease(f"trainer:{rid}", "t")
+    with pytest.raises(LedgerError, match=r"group 0 .* is not complete"):
+        await ledger.record_train_step(lease, rid, 1, [0], {}, checkpoint(rid, 1))
+    with pytest.raises(LedgerError, match=r"group 7 .* has no train episodes"):
+        await ledger.record_train_step(lease, rid, 1, [7], {}, checkpoint(rid, 1))
+    assert await ledger.train_steps(rid) == []
+    assert await ledger.checkpoints(rid) == []
+
+
+async def test_a_stale_trainer_cannot_record_a_step(ledger: Ledger, run: RunRecord) -> None:
+    rid = run.run_id
+    await ledger.add_episodes(rid, [EpisodeSpec(0, 0, {}, 1)])
+    await _play(ledger, rid)
+    old = await ledger.acquire_lease(f"trainer:{rid}", "old", ttl_seconds=0.05)
+    await asyncio.sleep(0.1)
+    new = await ledger.acquire_lease(f"trainer:{rid}", "new")
+    assert new.epoch == old.epoch + 1
+
+    with pytest.raises(StaleFence, match="taken over by 'new'"):
+        await ledger.record_train_step(old, rid, 1, [0], {"loss": 1.0}, checkpoint(rid, 1))
+    with pytest.raises(StaleFence):
+        await ledger.record_checkpoint(old, checkpoint(rid, 1))
+    # Nothing changed: no step, no checkpoint, the group is still there to train.
+    assert await ledger.train_steps(rid) == []
+    assert await ledger.latest_checkpoint(rid) is None
+    assert [g.group_index for g in await ledger.complete_groups(rid, 5)] == [0]
+
+    assert await ledger.record_train_step(new, rid, 1, [0], {"loss": 1.0}, checkpoint(rid, 1))
+    assert [s.step for s in await ledger.train_steps(rid)] == [1]
+
+
+async def test_record_checkpoint_outside_a_step(ledger: Ledger, run: RunRecord) -> None:
+    rid = run.run_id
+    lease = await ledger.acquire_lease(f"trainer:{rid}", "t")
+    assert await ledger.record_checkpoint(lease, checkpoint(rid, 0))
+    assert not await ledger.record_checkpoint(lease, checkpoint(rid, 0))
+    moved = CheckpointRecord(rid, 0, None, "elsewhere", "lora", 0.0, {})
+    with pytest.raises(LedgerError, match="recorded before at"):
+        await ledger.record_checkpoint(lease, moved)
+
+
+async def test_run_summary_and_episode_counts(ledger: Ledger, run: RunRecord) -> None:
+    rid = run.run_id
+    await ledger.add_episodes(rid, [EpisodeSpec(0, m, {}, m) for m in range(3)])
+    claim = await ledger.claim_seat("r", run_id=rid)
+    assert claim is not None
+    await ledger.record_turn(turn_for(claim, 0))
+    await ledger.end_seat(claim, reward=0.0, status="failed", error="boom")
+    running = await ledger.claim_seat("r", run_id=rid)
+    assert running is not None
+    counts = await ledger.episode_counts(rid)
+    assert counts == {"total": 3, "pending": 1, "running": 1, "ended": 1, "failed": 1}
+    summary = await ledger.run_summary(rid)
+    assert (summary.episodes, summary.episodes_ended, summary.seats_running) == (3, 1, 1)
+    assert (summary.seats_failed, summary.turns, summary.latest_version) == (1, 1, None)
