@@ -63,10 +63,6 @@ class _BackgroundLoop:
         return self._thread is not None and threading.current_thread() is self._thread
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        if self.in_loop_thread():
-            # Blocking the bridge loop on itself would deadlock: use a private loop on a helper
-            # thread for this nested call.
-            return _run_in_fresh_thread(coro)
         loop = self._ensure()
         future = asyncio.run_coroutine_threadsafe(coro, loop)
         try:
@@ -84,27 +80,30 @@ class _BackgroundLoop:
             thread.join(timeout=5)
 
 
-def _run_in_fresh_thread(coro: Coroutine[Any, Any, T]) -> T:
-    result: list[T] = []
-    error: list[BaseException] = []
-    context = contextvars.copy_context()
-
-    def main() -> None:
-        try:
-            result.append(context.run(asyncio.run, coro))
-        except BaseException as exc:
-            error.append(exc)
-
-    thread = threading.Thread(target=main, name="rolloutlib-nested-sync", daemon=True)
-    thread.start()
-    thread.join()
-    if error:
-        raise error[0]
-    return result[0]
+_BRIDGES: list[_BackgroundLoop] = []
+_BRIDGES_LOCK = threading.Lock()
 
 
-_BRIDGE = _BackgroundLoop()
-atexit.register(_BRIDGE.shutdown)
+def _bridge_for_current_thread() -> _BackgroundLoop:
+    # Code already running on bridge k must not block that loop on itself: nested sync calls
+    # go to bridge k + 1 (each level keeps one consistent loop).
+    level = 0
+    for index, bridge in enumerate(_BRIDGES):
+        if bridge.in_loop_thread():
+            level = index + 1
+            break
+    with _BRIDGES_LOCK:
+        while len(_BRIDGES) <= level:
+            _BRIDGES.append(_BackgroundLoop())
+        return _BRIDGES[level]
+
+
+def _shutdown_bridges() -> None:
+    for bridge in reversed(_BRIDGES):
+        bridge.shutdown()
+
+
+atexit.register(_shutdown_bridges)
 
 
 async def _await(awaitable: Awaitable[T]) -> T:
@@ -119,7 +118,7 @@ def run_sync(awaitable: Awaitable[T]) -> T:
     inside a coroutine.
     """
     coro = awaitable if inspect.iscoroutine(awaitable) else _await(awaitable)
-    return _BRIDGE.run(coro)
+    return _bridge_for_current_thread().run(coro)
 
 
 def is_async_callable(fn: Any) -> bool:

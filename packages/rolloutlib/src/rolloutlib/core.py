@@ -16,6 +16,7 @@ them at the same time on the same instance. Concurrency belongs across independe
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import threading
@@ -239,16 +240,20 @@ class AsyncEnv(Generic[ObsType, ActType]):
         return f"<{type(self).__name__} instance>"
 
 
+def _copy_env_attributes(source: Any, target: Any) -> None:
+    # Spaces are read once: adapters are thin views, and spaces do not change after __init__.
+    for name in ("action_space", "observation_space", "metadata", "render_mode", "spec"):
+        with contextlib.suppress(AttributeError):  # e.g. an env that defines no spaces
+            setattr(target, name, getattr(source, name))
+
+
 class _AsyncFromSync(AsyncEnv[ObsType, ActType]):
     """An `AsyncEnv` view of a synchronous Gymnasium environment (made by `as_async`)."""
 
     def __init__(self, env: gym.Env[ObsType, ActType], *, threaded: bool) -> None:
         self.env = env
         self.threaded = threaded
-        self.action_space = env.action_space
-        self.observation_space = env.observation_space
-        self.render_mode = env.render_mode
-        self.spec = env.spec
+        _copy_env_attributes(env, self)
 
     async def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         if self.threaded:
@@ -296,11 +301,7 @@ class _SyncFromAsync(Env[ObsType, ActType]):
 
     def __init__(self, env: AsyncEnv[ObsType, ActType]) -> None:
         self.async_env = env
-        self.action_space = env.action_space
-        self.observation_space = env.observation_space
-        self.metadata = env.metadata
-        self.render_mode = env.render_mode
-        self.spec = env.spec
+        _copy_env_attributes(env, self)
 
     def _sync_rng(self) -> None:
         # Share the generator object so `np_random` draws made by the async env are visible.

@@ -19,11 +19,12 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Generic, Protocol, TypeVar
 
 import gymnasium as gym
+import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from rolloutlib import _json
@@ -62,17 +63,18 @@ class PolicyOutput(Generic[ActT]):
 
     Attributes:
         action: The action passed to `env.step`.
-        tokens: Generated token ids (recorded as `Step.policy_tokens`).
+        tokens: Generated token ids (recorded as `Step.policy_tokens`); a sequence or a
+            numpy array, stored as a list.
         logprobs: Behaviour-policy log probabilities, one per generated token
-            (`Step.policy_logprobs`).
+            (`Step.policy_logprobs`), stored as a list.
         stop_reason: Why generation stopped, e.g. `"stop"` or `"length"`
             (`Step.policy_stop_reason`).
         info: Anything else the policy wants recorded (`Step.policy_info`).
     """
 
     action: ActT
-    tokens: list[int] | None = None
-    logprobs: list[float] | None = None
+    tokens: Sequence[int] | np.ndarray | None = None
+    logprobs: Sequence[float] | np.ndarray | None = None
     stop_reason: str | None = None
     info: dict[str, Any] = field(default_factory=dict)
 
@@ -399,6 +401,11 @@ def _unpack_step(result: Any, env: Any) -> tuple[Any, float, bool, bool, dict[st
         ) from None
 
 
+def _policy_fields(out: PolicyOutput[Any]) -> tuple[Any, dict[str, Any], Any, Any, str | None]:
+    # tokens/logprobs are lists after PolicyOutput.__post_init__.
+    return out.action, out.info, out.tokens, out.logprobs, out.stop_reason
+
+
 def _check_max_steps(max_steps: int | None) -> None:
     if max_steps is not None and (not isinstance(max_steps, int) or max_steps < 1):
         raise ArgumentError("max_steps", max_steps, "expected a positive int or None")
@@ -455,9 +462,7 @@ def rollout(
         if async_policy or (type(out) is not PolicyOutput and inspect.isawaitable(out)):
             out = run_sync(out)
         if isinstance(out, PolicyOutput):
-            action = out.action
-            policy_info = out.info
-            tokens, logprobs, stop_reason = out.tokens, out.logprobs, out.stop_reason
+            action, policy_info, tokens, logprobs, stop_reason = _policy_fields(out)
         else:
             action, policy_info, tokens, logprobs, stop_reason = out, {}, None, None, None
         if action_space is not None:
@@ -519,13 +524,7 @@ async def arollout(
         if async_policy or inspect.isawaitable(out):
             out = await out
         if isinstance(out, PolicyOutput):
-            action = out.action
-            policy_info, tokens, logprobs, stop_reason = (
-                out.info,
-                out.tokens,
-                out.logprobs,
-                out.stop_reason,
-            )
+            action, policy_info, tokens, logprobs, stop_reason = _policy_fields(out)
         else:
             action, policy_info, tokens, logprobs, stop_reason = out, {}, None, None, None
         if check_spaces:
