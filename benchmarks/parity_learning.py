@@ -1,0 +1,281 @@
+"""Learnability: a tiny Qwen3 learns the parity of a number by group-relative policy gradient.
+
+Task: the prompt is a 3-8 digit number followed by "="; the answer is "E" (even) or "O" (odd)
+followed by the stop token. Reward 1 for exactly the right letter then the stop token, else 0.
+
+Recipe (the platform's pieces, sampled in-process): a fresh Qwen3 (hidden 64, 2 layers, 4 heads,
+2 KV heads, vocab 64, char tokenizer) from `rollout.models.init_model`; an optional format
+warm-up (`rollout.training.warmup`, random letters, 150 steps); then per step 16 prompts x 8
+samples at temperature 1 (`rollout.training.sampler`), rewards -> std-normalised group
+advantages (`rollout.training.advantages`) -> segments (`rollout.training.segments`) -> the
+policy-gradient loss with importance weights in `TorchProvider` (full weights, fp32, Adam
+lr 1e-3). `--lag K` samples with the weights of K steps ago (a delayed copy of the policy) and
+`--is` picks the correction.
+
+Run: `uv run python benchmarks/parity_learning.py --seeds 3` (each seed in its own process, so
+"seconds from process start" includes imports and model creation, as measured originally).
+Compare: `--warmup-steps 0` (no warm-up), `--lag 4 --is tis|icepop|none`.
+"""
+
+from __future__ import annotations
+
+import time
+
+PROCESS_START = time.time()
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import random  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+from collections import deque  # noqa: E402
+from typing import Any  # noqa: E402
+
+
+def _process_start() -> float:
+    """The OS start time of this process (falls back to the time the script began)."""
+    try:
+        with open("/proc/self/stat") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/stat") as f:
+            boot = next(int(line.split()[1]) for line in f if line.startswith("btime"))
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, StopIteration):
+        return PROCESS_START
+
+
+def run_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
+    """Train one seed; returns a summary (times in seconds from process start)."""
+    start = min(_process_start(), PROCESS_START)
+    import torch
+    from transformers import AutoTokenizer
+
+    from rollout.contracts import Turn
+    from rollout.models import init_model
+    from rollout.training.advantages import group_advantages
+    from rollout.training.importance import ImportanceConfig
+    from rollout.training.loss import LossConfig
+    from rollout.training.providers.base import TrainBatch
+    from rollout.training.providers.torch import TorchProvider
+    from rollout.training.sampler import sample_batch
+    from rollout.training.segments import build_segments
+    from rollout.training.warmup import format_warmup
+
+    torch.manual_seed(seed)
+    torch.set_num_threads(args.threads)
+    rng = random.Random(seed)
+    model_dir = init_model(
+        tempfile.mkdtemp(prefix="parity-model-"),
+        arch="qwen3",
+        hidden=64,
+        layers=2,
+        heads=4,
+        kv_heads=2,
+        vocab_size=64,
+        tokenizer="chars",
+        alphabet="0123456789EO=",
+        seed=seed,
+    )
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    eos = int(tok.convert_tokens_to_ids("<|im_end|>"))
+    pad = int(tok.convert_tokens_to_ids("<|endoftext|>"))
+    letter = {"E": int(tok.convert_tokens_to_ids("E")), "O": int(tok.convert_tokens_to_ids("O"))}
+    digit_ids = [int(tok.convert_tokens_to_ids(str(d))) for d in range(10)]
+    equals = int(tok.convert_tokens_to_ids("="))
+
+    def make_prompt(r: random.Random) -> tuple[tuple[int, ...], str]:
+        n = r.randint(3, 8)
+        digits = [r.randint(1, 9)] + [r.randint(0, 9) for _ in range(n - 1)]
+        return (*tuple(digit_ids[d] for d in digits), equals), "E" if digits[-1] % 2 == 0 else "O"
+
+    provider = TorchProvider(
+        model_dir,
+        lora_rank=args.lora_rank,
+        lr=args.lr,
+        weight_decay=0.0,
+        grad_clip=args.grad_clip,
+        device=args.device,
+        seed=seed,
+        compute_entropy=False,
+    )
+    ready = time.time() - start
+
+    warm_start = time.time()
+    if args.warmup_steps:
+        prompts = [make_prompt(rng)[0] for _ in range(2048)]
+        format_warmup(
+            provider,
+            prompts,
+            lambda r: [letter[r.choice("EO")]],
+            steps=args.warmup_steps,
+            batch_size=args.prompts * args.samples,
+            eos_token_id=eos,
+            seed=seed,
+        )
+        if args.reset_optimizer:
+            provider.reset_optimizer()
+    warmup_s = time.time() - warm_start
+
+    # The sampling policy: the trainer's model itself, or a copy holding K-step-old weights.
+    sampler_model = provider.model
+    history: deque[dict[str, torch.Tensor]] = deque(maxlen=args.lag + 1)
+    if args.lag:
+        import copy
+
+        sampler_model = copy.deepcopy(provider.model)
+    loss = LossConfig(importance=ImportanceConfig(mode=args.is_mode))
+    gen = torch.Generator(device=args.device).manual_seed(seed)
+    rewards: list[float] = []
+    t_hit: float | None = None
+    step_hit: int | None = None
+    metrics: dict[str, float] = {}
+    for step in range(args.max_steps):
+        version = provider.step
+        if args.lag:
+            history.append({k: v.detach().clone() for k, v in provider.model.state_dict().items()})
+            sampler_model.load_state_dict(history[0])  # the oldest kept: K steps old
+            version = provider.step - (len(history) - 1)
+        batch = [make_prompt(rng) for _ in range(args.prompts)]
+        prompts = [p for p, _ in batch for _ in range(args.samples)]
+        samples = sample_batch(
+            sampler_model,
+            prompts,
+            max_new_tokens=4,
+            stop_token_ids=[eos],
+            pad_token_id=pad,
+            temperature=1.0,
+            generator=gen,
+        )
+        step_rewards = [
+            1.0 if s.tokens == (letter[batch[i // args.samples][1]], eos) else 0.0
+            for i, s in enumerate(samples)
+        ]
+        segments = []
+        for g in range(args.prompts):
+            group = step_rewards[g * args.samples : (g + 1) * args.samples]
+            advantages = group_advantages(group, normalize_std=True)
+            for j, adv in enumerate(advantages):
+                i = g * args.samples + j
+                if args.drop_zero and not adv:
+                    continue
+                turn = Turn(
+                    episode_id=f"{step}-{g}-{j}",
+                    agent=0,
+                    attempt=0,
+                    index=0,
+                    prompt_tokens=prompts[i],
+                    completion_tokens=samples[i].tokens,
+                    logprobs=samples[i].logprobs,
+                    version=version,
+                    stop_reason=samples[i].stop_reason,
+                )
+                segments.extend(build_segments([turn], adv or 0.0, stop_token_ids=[eos]))
+        if segments:
+            result = provider.forward_backward(TrainBatch(segments=tuple(segments), loss=loss))
+            metrics = {**result.metrics, **provider.optim_step()}
+        reward = sum(step_rewards) / len(step_rewards)
+        rewards.append(reward)
+        elapsed = time.time() - start
+        if not args.quiet:
+            print(
+                f"seed {seed} step {step:4d} reward {reward:.3f} "
+                f"ratio {metrics.get('is/ratio_mean', float('nan')):.3f} "
+                f"|dlogp| {metrics.get('is/logp_abs_diff_mean', float('nan')):.2e} "
+                f"t {elapsed:6.1f}s",
+                flush=True,
+            )
+        if t_hit is None and reward >= args.target:
+            t_hit, step_hit = elapsed, step + 1
+            if not args.keep_going:
+                break
+    return {
+        "seed": seed,
+        "warmup_steps": args.warmup_steps,
+        "lag": args.lag,
+        "is": args.is_mode,
+        "lora_rank": args.lora_rank,
+        "reset_optimizer": args.reset_optimizer,
+        "drop_zero": args.drop_zero,
+        "seconds_to_target": t_hit,
+        "steps_to_target": step_hit,
+        "ready_s": ready,
+        "warmup_s": warmup_s,
+        "final_reward": rewards[-1] if rewards else None,
+        "best_reward": max(rewards) if rewards else None,
+        "steps": len(rewards),
+        "last_is_metrics": {k: v for k, v in metrics.items() if k.startswith("is/")},
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1, one process each")
+    parser.add_argument("--seed-offset", type=int, default=0)
+    parser.add_argument("--single-seed", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--warmup-steps", type=int, default=150)
+    parser.add_argument("--max-steps", type=int, default=400)
+    parser.add_argument("--prompts", type=int, default=16)
+    parser.add_argument("--samples", type=int, default=8)
+    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--grad-clip", type=float, default=None)
+    parser.add_argument("--lora-rank", type=int, default=None)
+    parser.add_argument("--lag", type=int, default=0, help="sample with K-step-old weights")
+    parser.add_argument("--is", dest="is_mode", choices=["tis", "icepop", "none"], default="tis")
+    parser.add_argument(
+        "--reset-optimizer", action="store_true", help="clear Adam moments after warm-up"
+    )
+    parser.add_argument(
+        "--drop-zero", action="store_true", help="leave zero-advantage samples out of the batch"
+    )
+    parser.add_argument("--target", type=float, default=0.9)
+    parser.add_argument("--keep-going", action="store_true", help="run all steps after target")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads per run")
+    parser.add_argument("--quiet", action="store_true")
+    args = parser.parse_args()
+
+    if args.single_seed is not None:
+        print("RESULT " + json.dumps(run_seed(args, args.single_seed)), flush=True)
+        return
+
+    results: list[dict[str, Any]] = []
+    passthrough = [a for a in sys.argv[1:]]
+    for seed in range(args.seed_offset, args.seed_offset + args.seeds):
+        # Each seed in a fresh process: times count from that process's start, like a real run.
+        proc = subprocess.run(
+            [sys.executable, __file__, *passthrough, "--single-seed", str(seed)],
+            stdout=subprocess.PIPE,
+            text=True,
+            check=True,
+        )
+        for line in proc.stdout.splitlines():
+            if line.startswith("RESULT "):
+                results.append(json.loads(line[len("RESULT ") :]))
+            else:
+                print(line, flush=True)
+    print()
+    print(
+        f"warmup={args.warmup_steps} lag={args.lag} is={args.is_mode} lora={args.lora_rank} "
+        f"lr={args.lr} target={args.target} reset_optimizer={args.reset_optimizer} "
+        f"drop_zero={args.drop_zero}"
+    )
+    print("seed  s_to_target  steps  ready_s  warmup_s  best")
+    for r in results:
+        s = r["seconds_to_target"]
+        print(
+            f"{r['seed']:4d}  {'   -   ' if s is None else f'{s:7.1f}'}      "
+            f"{r['steps_to_target'] or '-':>5}  {r['ready_s']:7.1f}  {r['warmup_s']:8.1f}  "
+            f"{r['best_reward']:.3f}"
+        )
+    hits = [r["seconds_to_target"] for r in results if r["seconds_to_target"] is not None]
+    print(
+        f"reached {args.target} in {len(hits)}/{len(results)} runs"
+        + (f"; median {statistics.median(hits):.1f}s, max {max(hits):.1f}s" if hits else "")
+    )
+
+
+if __name__ == "__main__":
+    main()

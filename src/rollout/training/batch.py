@@ -1,0 +1,84 @@
+"""From complete groups (ledger records) to training segments with advantages.
+
+`group_segments(group)` scores every seat of the group (`rollout.training.advantages`), then
+merges each trained seat's turns into segments (`rollout.training.segments`) that carry the
+seat's advantage. The training loop batches the segments of one or more groups into a
+`TrainBatch` for the provider.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from rollout.ledger.api import GroupRecord
+from rollout.training.advantages import AdvantageConfig, SeatAdvantage, seat_advantages
+from rollout.training.segments import Segment, build_segments
+
+
+@dataclass(frozen=True)
+class GroupSegments:
+    """The segments of one group and the seat advantages they came from."""
+
+    group_index: int
+    segments: tuple[Segment, ...]
+    seats: tuple[SeatAdvantage, ...] = field(default_factory=tuple)
+
+    @property
+    def mean_reward(self) -> float:
+        rewards = [s.reward for s in self.seats if s.advantage is not None]
+        return sum(rewards) / len(rewards) if rewards else 0.0
+
+
+def group_segments(
+    group: GroupRecord,
+    config: AdvantageConfig | None = None,
+    *,
+    stop_token_ids: Iterable[int] = (),
+    drop_zero_advantage: bool = False,
+) -> GroupSegments:
+    """Segments of every trained seat of a complete group.
+
+    Args:
+        group: A complete group.
+        config: How advantages are computed.
+        stop_token_ids: Trained tokens after a stop token in one completion are masked.
+        drop_zero_advantage: Leave out seats whose advantage is exactly 0 (they add no gradient
+            to the policy-gradient loss, only tokens to its denominator).
+
+    Returns:
+        The segments (seats left out of training have none) and every seat's advantage.
+    """
+    seats = seat_advantages(group, config)
+    stops = tuple(stop_token_ids)
+    turns_by_seat: dict[tuple[str, int, int], list] = {}
+    for episode in group.episodes:
+        for turn in episode.turns:
+            turns_by_seat.setdefault((turn.episode_id, turn.agent, turn.attempt), []).append(turn)
+    segments: list[Segment] = []
+    for seat in seats:
+        if seat.advantage is None or (drop_zero_advantage and seat.advantage == 0.0):
+            continue
+        turns = sorted(
+            turns_by_seat.get((seat.episode_id, seat.agent, seat.attempt), []),
+            key=lambda t: t.index,
+        )
+        segments.extend(build_segments(turns, seat.advantage, stop_token_ids=stops))
+    return GroupSegments(
+        group_index=group.group_index, segments=tuple(segments), seats=tuple(seats)
+    )
+
+
+def segments_of_groups(
+    groups: Sequence[GroupRecord],
+    config: AdvantageConfig | None = None,
+    *,
+    stop_token_ids: Iterable[int] = (),
+    drop_zero_advantage: bool = False,
+) -> list[GroupSegments]:
+    """`group_segments` for each group, in order."""
+    stops = tuple(stop_token_ids)
+    return [
+        group_segments(g, config, stop_token_ids=stops, drop_zero_advantage=drop_zero_advantage)
+        for g in groups
+    ]

@@ -1,0 +1,130 @@
+"""Per-token losses: the importance-weighted policy gradient and a supervised warm-up loss.
+
+Normalisation: both losses are a **per-token mean over the whole batch**: the sum over every
+trained token of every sequence, divided by the number of trained tokens (the loss mask before
+any IcePop masking, so a masked token still counts in the denominator and masking never inflates
+the other tokens' step size). Long sequences therefore weigh more than short ones, token for
+token. When a step is split into several `forward_backward` calls (micro-batches), pass the
+step's total token count as `num_tokens` so the accumulated gradient equals that of one batch.
+
+Policy gradient, per trained token t of a sequence with advantage A:
+
+    loss_t = -(w_t * A * logp_trainer_t)
+
+where `w_t` is the importance weight (detached, see `rollout.training.importance`), so the
+gradient is `-w_t * A * grad logp_t`: REINFORCE with a group-relative baseline, corrected for the
+sampler/trainer mismatch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+
+from rollout.training.errors import TrainingError
+from rollout.training.importance import ImportanceConfig, ImportanceResult, importance_weights
+
+LossKind = Literal["policy_gradient", "supervised"]
+
+
+@dataclass(frozen=True)
+class LossConfig:
+    """Which loss a training step takes.
+
+    Attributes:
+        kind: "policy_gradient" (RL) or "supervised" (cross-entropy on the trained tokens).
+        importance: The importance correction for the policy gradient.
+    """
+
+    kind: LossKind = "policy_gradient"
+    importance: ImportanceConfig = field(default_factory=ImportanceConfig)
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("policy_gradient", "supervised"):
+            raise TrainingError(
+                f"LossConfig.kind must be 'policy_gradient' or 'supervised', got {self.kind!r}"
+            )
+
+
+@dataclass(frozen=True)
+class LossOutput:
+    """The scalar loss (with gradient), metrics, and the importance result (policy gradient)."""
+
+    loss: torch.Tensor
+    metrics: dict[str, float]
+    importance: ImportanceResult | None = None
+
+
+def _normalizer(loss_mask: torch.Tensor, num_tokens: float | None) -> float:
+    n = float(loss_mask.sum().item()) if num_tokens is None else float(num_tokens)
+    if num_tokens is not None and num_tokens <= 0:
+        raise TrainingError(f"num_tokens must be > 0, got {num_tokens!r}")
+    return max(n, 1.0)
+
+
+def policy_gradient_loss(
+    logp_trainer: torch.Tensor,
+    logp_sampler: torch.Tensor,
+    advantages: torch.Tensor,
+    loss_mask: torch.Tensor,
+    importance: ImportanceConfig | None = None,
+    *,
+    num_tokens: float | None = None,
+) -> LossOutput:
+    """The importance-weighted policy-gradient loss, a per-token mean.
+
+    Args:
+        logp_trainer: [B, T] trainer logprobs (with gradient).
+        logp_sampler: [B, T] recorded sampler logprobs.
+        advantages: [B] per-sequence or [B, T] per-token advantages.
+        loss_mask: [B, T] bool: trained tokens.
+        importance: The correction (default `tis`, cap 2).
+        num_tokens: The denominator; default: trained tokens in this batch.
+
+    Returns:
+        The loss and metrics `loss`, `pg/advantage_mean`, `pg/tokens` and the `is/*` metrics.
+    """
+    mask = loss_mask.bool()
+    if advantages.dim() == 1:
+        advantages = advantages[:, None].expand_as(logp_trainer)
+    if advantages.shape != logp_trainer.shape:
+        raise TrainingError(
+            f"advantages has shape {tuple(advantages.shape)}, expected [B] or "
+            f"{tuple(logp_trainer.shape)}"
+        )
+    result = importance_weights(logp_trainer, logp_sampler, mask, importance)
+    advantages = advantages.to(logp_trainer.dtype)
+    per_token = -(result.weights.to(logp_trainer.dtype) * advantages * logp_trainer)
+    per_token = per_token.masked_fill(~result.mask, 0.0)
+    loss = per_token.sum() / _normalizer(mask, num_tokens)
+    n = int(mask.sum().item())
+    metrics = {
+        "loss": float(loss.detach().item()),
+        "pg/tokens": float(n),
+        "pg/advantage_mean": float(advantages[mask].mean().item()) if n else 0.0,
+        **result.metrics,
+    }
+    return LossOutput(loss=loss, metrics=metrics, importance=result)
+
+
+def supervised_loss(
+    logp_trainer: torch.Tensor, loss_mask: torch.Tensor, *, num_tokens: float | None = None
+) -> LossOutput:
+    """Cross-entropy on the trained tokens (negative mean logprob), for format warm-up.
+
+    Args:
+        logp_trainer: [B, T] trainer logprobs (with gradient).
+        loss_mask: [B, T] bool: the tokens to learn.
+        num_tokens: The denominator; default: trained tokens in this batch.
+
+    Returns:
+        The loss and metrics `loss`, `sft/tokens`.
+    """
+    mask = loss_mask.bool()
+    loss = -(logp_trainer.masked_fill(~mask, 0.0)).sum() / _normalizer(mask, num_tokens)
+    return LossOutput(
+        loss=loss,
+        metrics={"loss": float(loss.detach().item()), "sft/tokens": float(mask.sum().item())},
+    )
