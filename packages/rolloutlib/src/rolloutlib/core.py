@@ -52,15 +52,52 @@ _SERIALIZED_METHODS = ("reset", "step", "render", "close")
 _LOCK_ATTR = "_rolloutlib_lock"
 
 
+def _instance_rlock(env: Any) -> Any:
+    return env.__dict__.setdefault(_LOCK_ATTR, threading.RLock())
+
+
+def _takes_one_argument(fn: Callable[..., Any]) -> bool:
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    return len(params) == 2 and all(
+        p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD and p.default is inspect.Parameter.empty
+        for p in params
+    )
+
+
 def _serialize_sync(fn: Callable[..., Any]) -> Callable[..., Any]:
+    # `step(self, action)` is the hot path of every rollout: give it a wrapper without
+    # *args/**kwargs packing, and use acquire/release (cheaper than `with`).
+    if _takes_one_argument(fn):
+
+        @functools.wraps(fn)
+        def serialized_one(self: Any, arg: Any) -> Any:
+            try:
+                lock = self._rolloutlib_lock
+            except AttributeError:
+                lock = _instance_rlock(self)
+            lock.acquire()
+            try:
+                return fn(self, arg)
+            finally:
+                lock.release()
+
+        serialized_one._rolloutlib_serialized = True  # type: ignore[attr-defined]
+        return serialized_one
+
     @functools.wraps(fn)
     def serialized(self: Any, *args: Any, **kwargs: Any) -> Any:
-        state = self.__dict__
-        lock = state.get(_LOCK_ATTR)
-        if lock is None:
-            lock = state.setdefault(_LOCK_ATTR, threading.RLock())
-        with lock:
+        try:
+            lock = self._rolloutlib_lock
+        except AttributeError:
+            lock = _instance_rlock(self)
+        lock.acquire()
+        try:
             return fn(self, *args, **kwargs)
+        finally:
+            lock.release()
 
     serialized._rolloutlib_serialized = True  # type: ignore[attr-defined]
     return serialized

@@ -401,6 +401,21 @@ def _unpack_step(result: Any, env: Any) -> tuple[Any, float, bool, bool, dict[st
         ) from None
 
 
+_PLAIN_TYPES: set[type] = {int, float, str, bool, bytes, list, dict, tuple, type(None), np.ndarray}
+"""Action types known not to be awaitable or `PolicyOutput` (grows as rollouts see types)."""
+
+
+def _is_awaitable(value: Any) -> bool:
+    kind = type(value)
+    if kind in _PLAIN_TYPES:
+        return False
+    if inspect.isawaitable(value):
+        return True
+    if not issubclass(kind, PolicyOutput):
+        _PLAIN_TYPES.add(kind)
+    return False
+
+
 def _policy_fields(out: PolicyOutput[Any]) -> tuple[Any, dict[str, Any], Any, Any, str | None]:
     # tokens/logprobs are lists after PolicyOutput.__post_init__.
     return out.action, out.info, out.tokens, out.logprobs, out.stop_reason
@@ -451,48 +466,59 @@ def rollout(
         env = as_sync(env)
     observation, reset_info = env.reset(seed=seed, options=options)
     step_env = env.step
-    action_space = env.action_space if check_spaces else None
     if check_spaces:
         _check_in_space(env.observation_space, observation, "reset observation")
     async_policy = is_async_callable(policy)
+    limit = max_steps or 0
+    plain = _PLAIN_TYPES
     steps: list[Step] = []
     append = steps.append
+    # The loop is the hot path: keep per-step work to type checks, one Step and an append.
     while True:
         out: Any = policy(observation)
-        if async_policy or (type(out) is not PolicyOutput and inspect.isawaitable(out)):
-            out = run_sync(out)
-        if isinstance(out, PolicyOutput):
-            action, policy_info, tokens, logprobs, stop_reason = _policy_fields(out)
-        else:
+        if type(out) in plain and not async_policy:
             action, policy_info, tokens, logprobs, stop_reason = out, {}, None, None, None
-        if action_space is not None:
-            _check_in_space(action_space, action, "action")
+        else:
+            if async_policy or _is_awaitable(out):
+                out = run_sync(out)
+            if isinstance(out, PolicyOutput):
+                action, policy_info, tokens, logprobs, stop_reason = _policy_fields(out)
+            else:
+                action, policy_info, tokens, logprobs, stop_reason = out, {}, None, None, None
+        if check_spaces:
+            _check_in_space(env.action_space, action, "action")
         result = step_env(action)
         try:
             next_observation, reward, terminated, truncated, info = result
-            reward = reward if type(reward) is float else float(reward)
+            if type(reward) is not float:
+                reward = float(reward)
         except (TypeError, ValueError):
             next_observation, reward, terminated, truncated, info = _unpack_step(result, env)
-        step = Step(
-            observation,
-            action,
-            reward,
-            terminated if terminated is True or terminated is False else bool(terminated),
-            truncated if truncated is True or truncated is False else bool(truncated),
-            info,
-            policy_info,
-            tokens,
-            logprobs,
-            stop_reason,
+        if type(terminated) is not bool:
+            terminated = bool(terminated)
+        if type(truncated) is not bool:
+            truncated = bool(truncated)
+        append(
+            Step(
+                observation,
+                action,
+                reward,
+                terminated,
+                truncated,
+                info,
+                policy_info,
+                tokens,
+                logprobs,
+                stop_reason,
+            )
         )
-        append(step)
         observation = next_observation
         if check_spaces:
             _check_in_space(env.observation_space, observation, "step observation")
-        if step.terminated or step.truncated:
+        if terminated or truncated:
             break
-        if max_steps is not None and len(steps) >= max_steps:
-            step.truncated = True
+        if limit and len(steps) >= limit:
+            steps[-1].truncated = True
             break
     return Trajectory(steps, observation, reset_info)
 
