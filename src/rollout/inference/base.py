@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Protocol, runtime_checkable
 
 from rollout.contracts import Completion, SamplingParams
+from rollout.harness.errors import RolloutError
 
 
 @runtime_checkable
@@ -30,3 +31,7 @@ class InferenceBackend(Protocol):
     async def close(self) -> None:
         """Release resources (threads, GPU memory, subprocesses)."""
         ...
+
+
+class BackendError(RolloutError, ValueError):
+    """A backend cannot serve a request or load weights; the message names the field."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from rollout.harness.errors import RolloutError
 
-class ModelError(ValueError):
+
+class ModelError(RolloutError, ValueError):
     """A model or tokenizer cannot be built or loaded as asked; the message names the field."""

@@ -2,9 +2,10 @@
 
 `init_model` writes a folder that `AutoModelForCausalLM.from_pretrained` and
 `AutoTokenizer.from_pretrained` load like any downloaded model: `config.json`,
-`model.safetensors`, `generation_config.json`, `tokenizer.json`, `tokenizer_config.json` and
-`chat_template.jinja`. Everything else in rollout takes any local Hugging Face model folder the
-same way; nothing here is special-cased downstream.
+`model.safetensors`, `generation_config.json`, `tokenizer.json`, `tokenizer_config.json`,
+`chat_template.jinja`, and `rollout_model.json` (the recipe, for people; nothing reads it).
+Everything else in rollout takes any local Hugging Face model folder the same way; nothing
+here is special-cased downstream.
 """
 
 from __future__ import annotations
@@ -48,12 +49,15 @@ ARCHITECTURES: dict[str, tuple[Callable[..., PretrainedConfig], type[PreTrainedM
 }
 
 DEFAULT_VOCAB_SIZE = 512
+RECIPE_FILE = "rollout_model.json"
+"""What `init_model` was asked for (name, sizes, tokenizer, seed), next to the weights."""
 MAX_POSITIONS = 2048
 
 
 def init_model(
     out_dir: str | os.PathLike[str],
     *,
+    name: str | None = None,
     arch: Arch = "qwen3",
     hidden: int = 128,
     layers: int = 2,
@@ -72,6 +76,8 @@ def init_model(
 
     Args:
         out_dir: The folder to write (created; files in it are overwritten).
+        name: A name for the model, recorded with the recipe in `rollout_model.json`
+            (default: the folder's name).
         arch: `qwen3`, `qwen2` or `llama`.
         hidden: Hidden size; must be divisible by `heads`.
         layers: Number of decoder layers.
@@ -151,6 +157,23 @@ def init_model(
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     tok.save_pretrained(out)
+    recipe = {
+        "name": name or out.resolve().name,
+        "arch": arch,
+        "hidden": hidden,
+        "layers": layers,
+        "heads": heads,
+        "kv_heads": kv_heads,
+        "intermediate": intermediate,
+        "vocab_size": len(tok),
+        "tokenizer": "bytes" if tok.unk_token is None else "chars",
+        "alphabet": alphabet,
+        "max_positions": max_positions,
+        "tie_embeddings": tie_embeddings,
+        "seed": seed,
+        "extra_corpus": corpus is not None,
+    }
+    (out / RECIPE_FILE).write_text(json.dumps(recipe, indent=2) + "\n")
     return out
 
 

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from rollout.contracts import Message, ToolSpec
+from rollout.harness.errors import RolloutError
 
 
 class Renderer(Protocol):
@@ -36,5 +37,5 @@ class Renderer(Protocol):
         ...
 
 
-class RenderError(ValueError):
+class RenderError(RolloutError, ValueError):
     """Messages or tools cannot be rendered; the message names the field and the value."""
