@@ -1,0 +1,72 @@
+"""Wake-ups: LISTEN/NOTIFY wakes waiters; timeouts are the polling fallback."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+
+import pytest
+from ledger_helpers import turn_for
+
+from rollout.ledger import EpisodeSpec, InvalidInput, Ledger, RunRecord
+
+MakeLedger = Callable[..., Awaitable[Ledger]]
+
+
+async def test_a_write_in_another_process_wakes_a_waiter(
+    ledger: Ledger, make_ledger: MakeLedger, run: RunRecord
+) -> None:
+    follower = await make_ledger()
+    assert await follower.listen()
+    waiter = asyncio.create_task(follower.wait("episodes", timeout=10.0))
+    await asyncio.sleep(0.05)
+    began = time.monotonic()
+    await ledger.add_episodes(run.run_id, [EpisodeSpec(0, 0, {}, 1)])
+    assert await waiter
+    assert time.monotonic() - began < 5.0
+
+
+async def test_wait_times_out_without_a_notification(ledger: Ledger) -> None:
+    began = time.monotonic()
+    assert not await ledger.wait("checkpoints", timeout=0.2)
+    assert time.monotonic() - began >= 0.19
+
+
+async def test_a_notification_between_waits_is_not_lost(ledger: Ledger, run: RunRecord) -> None:
+    assert not await ledger.wait("settings", timeout=0.05)  # starts listening
+    await ledger.set_setting(run.run_id, "max_lag", 1)  # lands while nobody waits
+    await asyncio.sleep(0.1)
+    began = time.monotonic()
+    assert await ledger.wait("settings", timeout=5.0)
+    assert time.monotonic() - began < 0.1
+    assert not await ledger.wait("settings", timeout=0.05)  # taken: no news since
+
+
+async def test_wait_filters_by_run_and_takes_several_channels(
+    ledger: Ledger, run: RunRecord
+) -> None:
+    other = await ledger.create_run("other", "env:b", {})
+    await ledger.listen()
+    await ledger.set_setting(other.run_id, "paused", True)
+    await asyncio.sleep(0.1)
+    assert not await ledger.wait("settings", timeout=0.1, run_id=run.run_id)
+    await ledger.add_episodes(run.run_id, [EpisodeSpec(0, 0, {}, 1)])
+    assert await ledger.wait(["checkpoints", "episodes"], timeout=5.0, run_id=run.run_id)
+
+
+async def test_ending_a_train_seat_notifies_groups(ledger: Ledger, run: RunRecord) -> None:
+    await ledger.add_episodes(run.run_id, [EpisodeSpec(0, 0, {}, 1)])
+    claim = await ledger.claim_seat("r")
+    assert claim is not None
+    await ledger.record_turn(turn_for(claim))
+    await ledger.listen()
+    assert not await ledger.wait("groups", timeout=0.05)
+    waiter = asyncio.create_task(ledger.wait("groups", timeout=10.0))
+    await ledger.end_seat(claim, reward=1.0)
+    assert await waiter
+
+
+async def test_unknown_channels_are_refused(ledger: Ledger) -> None:
+    with pytest.raises(InvalidInput, match="'nope'"):
+        await ledger.wait("nope", timeout=0.1)
