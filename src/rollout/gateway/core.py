@@ -20,6 +20,7 @@ import asyncio
 import hashlib
 import json
 import logging
+import math
 import secrets
 import time
 from collections import OrderedDict
@@ -491,9 +492,9 @@ class Gateway:
         tokens = tuple(
             TokenView(
                 token=self._token_str(t),
-                logprob=completion.logprobs[i] if i < len(completion.logprobs) else 0.0,
+                logprob=_finite(completion.logprobs[i]) if i < len(completion.logprobs) else 0.0,
                 top=tuple(
-                    (self._token_str(tid), lp)
+                    (self._token_str(tid), _finite(lp))
                     for tid, lp in sorted(
                         completion.top_logprobs[i].items(), key=lambda kv: -kv[1]
                     )[: params.top_logprobs]
@@ -577,6 +578,11 @@ class Gateway:
                 # Another gateway recorded this index first: read the seat again.
                 seat.loaded = False
         raise GatewayError("could not record the turn: the seat keeps changing", kind="server")
+
+
+def _finite(logprob: float) -> float:
+    # JSON has no -inf; OpenAI reports impossible tokens as -9999.0.
+    return logprob if math.isfinite(logprob) else -9999.0
 
 
 def _extends(prompt: tuple[int, ...], prev: Turn) -> bool:

@@ -132,7 +132,7 @@ def to_messages(system: str | list[Any] | None, items: list[Any]) -> list[Messag
                 res = validate(_ToolResultBlock, block, bwhere)
                 text = _text_blocks(res.content, loc(bwhere, "content"))
                 results.append(Message.tool(text, res.tool_use_id))
-            elif kind in _SKIPPED_BLOCKS and msg.role == "assistant":
+            elif isinstance(kind, str) and kind in _SKIPPED_BLOCKS and msg.role == "assistant":
                 continue
             else:
                 raise unsupported(

@@ -147,7 +147,7 @@ def to_messages(items: str | list[Any]) -> list[Message]:
             out.append(
                 Message.tool(content_text(result.output, loc(where, "output")), result.call_id)
             )
-        elif kind in _SKIPPED_ITEMS:
+        elif isinstance(kind, str) and kind in _SKIPPED_ITEMS:
             continue
         elif isinstance(kind, str):
             raise unsupported(loc(where, "type"), "input item type", kind)

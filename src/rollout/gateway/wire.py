@@ -15,14 +15,19 @@ M = TypeVar("M", bound=BaseModel)
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
+def _reject_constant(name: str) -> Any:
+    # NaN and Infinity are not JSON; Python's parser accepts them unless told otherwise.
+    raise ValueError(f"{name} is not a JSON value")
+
+
 async def read_json_object(request: Request) -> dict[str, Any]:
     """The request body as a JSON object; 400 for invalid JSON or any other JSON value."""
     raw = await request.body()
     if not raw.strip():
         raise GatewayError("body: expected a JSON object, got an empty body", code="invalid_json")
     try:
-        value = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+        value = json.loads(raw, parse_constant=_reject_constant)
+    except (ValueError, RecursionError) as exc:
         raise GatewayError(f"body: invalid JSON ({exc})", code="invalid_json") from exc
     if not isinstance(value, dict):
         raise GatewayError(
