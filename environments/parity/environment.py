@@ -45,6 +45,7 @@ environment = Environment(
     parameters=draw_number,
     group_size=8,
     max_turns=1,
+    system_prompt="even or odd?",
     sampling={"max_tokens": 4, "temperature": 1.0},
     warmup=format_example,
 )

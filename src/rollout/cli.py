@@ -319,15 +319,19 @@ def model_init(
     """Build a tiny random model of a real architecture, saved in the Hugging Face layout."""
     from rollout.models import init_model
 
+    if arch not in ("qwen3", "qwen2", "llama"):
+        raise RolloutError(f"--arch must be qwen3, qwen2 or llama, got {arch!r}")
+    if tokenizer not in ("bytes", "chars"):
+        raise RolloutError(f"--tokenizer must be bytes or chars, got {tokenizer!r}")
     path = init_model(
         out,
         name=name,
-        arch=arch,
+        arch=arch,  # type: ignore[arg-type]  # checked above
         hidden=hidden,
         layers=layers,
         heads=heads,
         kv_heads=kv_heads,
-        tokenizer=tokenizer,
+        tokenizer=tokenizer,  # type: ignore[arg-type]  # checked above
         seed=seed,
     )
     files = ", ".join(sorted(p.name for p in path.iterdir()))

@@ -43,6 +43,7 @@ def as_environment(value: object, spec: str) -> Environment:
     from rollout.harness.adapter import is_rolloutlib_env_factory, rolloutlib_environment
 
     if is_rolloutlib_env_factory(value):
+        assert callable(value)
         return rolloutlib_environment(value, name=spec.partition(":")[2])
     if callable(value) and not inspect.isclass(value):
         try:

@@ -30,7 +30,7 @@ BACKEND_NAME = "local"
 
 
 class WeightLoader(Protocol):
-    async def load_weights(self, path: str | Path, version: int) -> None: ...
+    async def load_weights(self, source: str | Path, version: int) -> None: ...
 
 
 class SampleRequest(BaseModel):

@@ -91,6 +91,9 @@ class LocalSupervisor:
         env["ROLLOUT_DATABASE_URL"] = database_url
         env["ROLLOUT_STATE_DIR"] = str(state_dir)
         env.setdefault("PYTHONUNBUFFERED", "1")
+        # Several roles share the machine's cores: one compute thread each avoids oversubscription.
+        env.setdefault("OMP_NUM_THREADS", "1")
+        env.setdefault("TOKENIZERS_PARALLELISM", "false")
         self.env = env
 
     def _ensure(self, name: str, argv: list[str]) -> ManagedProcess:

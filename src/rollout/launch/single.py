@@ -18,7 +18,7 @@ from rollout.inference.factory import load_model
 from rollout.launch.http import AppServer
 from rollout.launch.state import state_dir
 from rollout.ledger import Ledger
-from rollout.ledger.api import EpisodeSpec
+from rollout.ledger import EpisodeSpec
 from rollout.runners.runner import Runner
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from rollout.contracts import Turn
 from rollout.ledger import Ledger
-from rollout.ledger.api import EpisodeRecord
+from rollout.ledger import EpisodeRecord
 
 
 def turn_json(turn: Turn) -> dict[str, Any]:

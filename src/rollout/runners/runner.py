@@ -21,7 +21,7 @@ from rollout.harness.core import Environment, RunContext
 from rollout.harness.errors import RolloutError, TaskError
 from rollout.harness.loading import load_environment
 from rollout.ledger import Ledger, StaleFence
-from rollout.ledger.api import SeatClaim
+from rollout.ledger import SeatClaim
 from rollout.runners.client import GatewayClient
 from rollout.runners.episode import SeatResult, make_task, play_seat
 
@@ -45,6 +45,7 @@ class Runner:
         concurrency: int = 8,
         lease_seconds: float = 30.0,
         idle_wait: float = 1.0,
+        kinds: tuple[str, ...] = ("train", "eval"),
     ) -> None:
         self.ledger = ledger
         self.gateway_url = gateway_url
@@ -53,6 +54,7 @@ class Runner:
         self.concurrency = concurrency
         self.lease_seconds = lease_seconds
         self.idle_wait = idle_wait
+        self.kinds = kinds
         self._clients: dict[str, GatewayClient] = {}
         self._environments: dict[str, Environment] = {}
         self._run_environment: dict[str, str] = {}
@@ -80,7 +82,7 @@ class Runner:
 
     async def run(self, stop: asyncio.Event, max_seats: int | None = None) -> None:
         """Claim and play seats until `stop` is set (or `max_seats` were played)."""
-        active: set[asyncio.Task[None]] = set()
+        active: set[asyncio.Task[SeatResult | None]] = set()
         try:
             while not stop.is_set():
                 if max_seats is not None and self.seats_played + len(active) >= max_seats:
@@ -92,7 +94,10 @@ class Runner:
                     await asyncio.wait(active, return_when=asyncio.FIRST_COMPLETED)
                     continue
                 claim = await self.ledger.claim_seat(
-                    self.runner_id, run_id=self.run_id, lease_seconds=self.lease_seconds
+                    self.runner_id,
+                    run_id=self.run_id,
+                    lease_seconds=self.lease_seconds,
+                    kinds=self.kinds,
                 )
                 if claim is None:
                     await self.ledger.wait("episodes", timeout=self.idle_wait)

@@ -28,6 +28,9 @@ class ModelInit(BaseModel):
     heads: int = Field(4, ge=1)
     kv_heads: int = Field(2, ge=1)
     tokenizer: Literal["bytes", "chars"] = "chars"
+    alphabet: str | None = None
+    """The characters of a `chars` tokenizer (others encode as `<unk>`)."""
+    vocab_size: int | None = Field(None, ge=16)
     seed: int = 0
 
     def key(self) -> str:
@@ -59,7 +62,7 @@ class RunConfig(BaseModel):
 
     name: str = "custom"
     description: str = ""
-    model: ModelSource = Field(default_factory=lambda: ModelSource(init=ModelInit()))
+    model: ModelSource = Field(default_factory=lambda: ModelSource(init=ModelInit.model_validate({})))
     backend: Literal["local", "vllm"] = "local"
     provider: Literal["torch", "tinker"] = "torch"
     device: str = "cpu"
@@ -69,7 +72,7 @@ class RunConfig(BaseModel):
     groups_per_step: int = Field(16, ge=1)
     learning_rate: float = Field(1e-3, gt=0)
     max_lag: int = Field(1, ge=0)
-    importance: ImportanceConfig = Field(default_factory=ImportanceConfig)
+    importance: ImportanceConfig = Field(default_factory=lambda: ImportanceConfig.model_validate({}))
     temperature: float = Field(1.0, gt=0)
     max_tokens: int | None = Field(None, ge=1)
     normalize_advantages: bool = True

@@ -29,20 +29,23 @@ from pathlib import Path
 from typing import Any
 
 from rollout.blobs import BlobStore
+from rollout.contracts import Turn
 from rollout.harness.core import Environment
 from rollout.harness.loading import load_environment
 from rollout.ledger import Ledger
-from rollout.ledger.api import CheckpointRecord, EpisodeSpec, GroupRecord, Lease, ServingRecord
+from rollout.ledger import CheckpointRecord, EpisodeSpec, GroupRecord, Lease, ServingRecord
 from rollout.training.advantages import AdvantageConfig, seat_advantages
 from rollout.training.config import RunConfig
 from rollout.training.importance import ImportanceConfig
 from rollout.training.loss import LossConfig
 from rollout.training.providers.base import TrainBatch, TrainingProvider
+from rollout.training.providers.torch import TorchProvider
 from rollout.training.segments import Segment, build_segments
 
 log = logging.getLogger("rollout.trainer")
 
 LEASE_SECONDS = 30.0
+WARMUP_BATCH = 32
 
 
 def checkpoint_uri(run_id: str, version: int) -> str:
@@ -56,18 +59,17 @@ def importance_config(config: RunConfig) -> ImportanceConfig:
     )
 
 
-def make_provider(config: RunConfig, model_dir: Path) -> TrainingProvider:
+def make_provider(config: RunConfig, model_dir: Path) -> TorchProvider:
     if config.provider != "torch":
         from rollout.harness.errors import RolloutError
 
         raise RolloutError(f"training provider {config.provider!r} is not available here")
-    from rollout.training.providers.torch import TorchProvider
-
     return TorchProvider(
         model_dir,
         lora_rank=config.lora_rank,
-        learning_rate=config.learning_rate,
+        lr=config.learning_rate,
         device=config.device,
+        seed=config.seed,
     )
 
 
@@ -115,7 +117,9 @@ class Trainer:
             version = latest.version
             log.info("resumed %s at v%s", self.run_id, version)
         else:
-            metrics = await asyncio.to_thread(self._warmup, provider, environment, config)
+            metrics = await asyncio.to_thread(
+                self._warmup, provider, environment, config, model_dir
+            )
             await self._save(provider, lease, 0, None, [], metrics)
             version = 0
         group_size = config.group_size or environment.group_size
@@ -125,7 +129,7 @@ class Trainer:
             await self._queue_groups(environment, config, group_size, version)
             groups = await self.ledger.complete_groups(self.run_id, config.groups_per_step)
             if len(groups) < config.groups_per_step:
-                await self.ledger.wait("groups", timeout=1.0)
+                await self.ledger.wait(["groups", "conversions"], 1.0, run_id=self.run_id)
                 continue
             began = time.monotonic()
             metrics = await asyncio.to_thread(self._step, provider, groups, config, version)
@@ -147,26 +151,37 @@ class Trainer:
         return None
 
     def _warmup(
-        self, provider: TrainingProvider, environment: Environment, config: RunConfig
+        self,
+        provider: TorchProvider,
+        environment: Environment,
+        config: RunConfig,
+        model_dir: Path,
     ) -> dict[str, float]:
         if not config.warmup_steps or environment.warmup is None:
             return {}
         from rollout.rendering import HFRenderer
-        from rollout.training.warmup import warmup_segments
+        from rollout.training.warmup import warmup_segment
 
-        renderer = HFRenderer(Path(provider_model_dir(provider)))
+        renderer = HFRenderer(model_dir)
+        stop = renderer.stop_token_ids[:1]
         rng = random.Random(config.seed)
         losses: list[float] = []
         began = time.monotonic()
+        lr = provider.lr
+        provider.lr = config.warmup_learning_rate
         for _ in range(config.warmup_steps):
-            examples = [environment.warmup(rng) for _ in range(32)]
-            segments = warmup_segments(renderer, examples)
+            segments = []
+            for _ in range(WARMUP_BATCH):
+                messages, answer = environment.warmup(rng)
+                prompt = renderer.render(list(messages))
+                segments.append(warmup_segment(prompt, [*renderer.encode(answer), *stop]))
             result = provider.forward_backward(
                 TrainBatch(tuple(segments), loss=LossConfig(kind="supervised"))
             )
             provider.optim_step()
             losses.append(result.metrics.get("loss", float("nan")))
         provider.reset_optimizer()
+        provider.lr = lr
         return {
             "warmup_steps": float(config.warmup_steps),
             "warmup_loss": losses[-1] if losses else float("nan"),
@@ -186,10 +201,7 @@ class Trainer:
         lags: list[float] = []
         episodes = 0
         for group in groups:
-            by_seat = {
-                (episode.episode_id, turn.agent, turn.attempt): [] for episode in group.episodes
-                for turn in episode.turns
-            }
+            by_seat: dict[tuple[str, int, int], list[Turn]] = {}
             for episode in group.episodes:
                 episodes += 1
                 for turn in episode.turns:
@@ -313,13 +325,5 @@ class Trainer:
         while not stop.is_set() and time.monotonic() < deadline:
             if await self._publish_serving(await self._renew()):
                 return
-            await self.ledger.wait("conversions", timeout=1.0)
+            await self.ledger.wait("conversions", 1.0, run_id=self.run_id)
 
-
-def provider_model_dir(provider: Any) -> str:
-    return str(provider.model_dir)
-
-
-def run_summary_metrics(steps: list[dict[str, Any]]) -> dict[str, float]:
-    rewards = [float(s["metrics"].get("reward", 0.0)) for s in steps if s["step"] > 0]
-    return {"first_reward": rewards[0] if rewards else 0.0, "last_reward": rewards[-1] if rewards else 0.0}
