@@ -25,7 +25,25 @@ __all__ = [
     "describe",
 ]
 
-_repr = reprlib.Repr()
+
+class _OrderedRepr(reprlib.Repr):
+    """`reprlib.Repr` that keeps dict insertion order (the stock one sorts keys)."""
+
+    def repr_dict(self, x: dict[Any, Any], level: int) -> str:
+        if not x:
+            return "{}"
+        if level <= 0:
+            return "{...}"
+        parts = [
+            f"{self.repr1(key, level - 1)}: {self.repr1(value, level - 1)}"
+            for key, value in list(x.items())[: self.maxdict]
+        ]
+        if len(x) > self.maxdict:
+            parts.append("...")
+        return "{" + ", ".join(parts) + "}"
+
+
+_repr = _OrderedRepr()
 _repr.maxstring = 80
 _repr.maxother = 80
 _repr.maxlist = 8

@@ -302,12 +302,16 @@ _json.register(Score, "$score", Score.to_dict, Score.from_dict)
 
 
 def _validation_to_argument_error(owner: str, exc: ValidationError) -> ArgumentError:
-    first = exc.errors()[0]
+    errors = exc.errors()
+    first = errors[0]
     field = ".".join(str(part) for part in first["loc"]) or "value"
-    details = "; ".join(
-        f"{'.'.join(str(p) for p in err['loc']) or 'value'}: {err['msg']}" for err in exc.errors()
-    )
-    return ArgumentError(f"{owner}.{field}", first.get("input"), details)
+    if len(errors) == 1:
+        reason = first["msg"]
+    else:
+        reason = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or 'value'}: {err['msg']}" for err in errors
+        )
+    return ArgumentError(f"{owner}.{field}", first.get("input"), reason)
 
 
 class _Record(BaseModel):
