@@ -390,6 +390,16 @@ def _check_in_space(space: Any, value: Any, what: str) -> None:
         raise SpaceValueError(space, value, f"{what} is not contained in the space")
 
 
+def _unpack_reset(result: Any, env: Any) -> tuple[Any, dict[str, Any]]:
+    try:
+        observation, info = result
+    except (TypeError, ValueError):
+        raise ContractError(
+            f"{env!r}.reset returned {describe(result)}; expected (observation, info)"
+        ) from None
+    return observation, info
+
+
 def _unpack_step(result: Any, env: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
     try:
         observation, reward, terminated, truncated, info = result
@@ -464,7 +474,7 @@ def rollout(
     _check_max_steps(max_steps)
     if isinstance(env, AsyncEnv):
         env = as_sync(env)
-    observation, reset_info = env.reset(seed=seed, options=options)
+    observation, reset_info = _unpack_reset(env.reset(seed=seed, options=options), env)
     step_env = env.step
     if check_spaces:
         _check_in_space(env.observation_space, observation, "reset observation")
@@ -540,7 +550,7 @@ async def arollout(
     """
     _check_max_steps(max_steps)
     aenv = as_async(env)
-    observation, reset_info = await aenv.reset(seed=seed, options=options)
+    observation, reset_info = _unpack_reset(await aenv.reset(seed=seed, options=options), env)
     if check_spaces:
         _check_in_space(aenv.observation_space, observation, "reset observation")
     async_policy = is_async_callable(policy)

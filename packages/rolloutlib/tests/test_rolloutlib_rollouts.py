@@ -151,6 +151,20 @@ def test_broken_step_result_is_a_contract_error():
         rollout(FourTuple(), lambda obs: 0)
 
 
+def test_reset_without_values_is_a_contract_error():
+    class Forgetful(AsyncEnv[Any, Any]):
+        observation_space = gym.spaces.Discrete(2)
+        action_space = gym.spaces.Discrete(2)
+
+        async def reset(self, *, seed=None, options=None):  # pyright: ignore[reportIncompatibleMethodOverride]
+            await super().reset(seed=seed, options=options)  # ...and forgets to return
+
+    with pytest.raises(ContractError, match=r"reset returned None; expected \(observation, info\)"):
+        asyncio.run(arollout(Forgetful(), lambda obs: 0))
+    with pytest.raises(ContractError, match="reset returned None"):
+        rollout(Forgetful(), lambda obs: 0)
+
+
 def test_rollout_with_plain_gymnasium_env():
     env = gym.make("CartPole-v1")
     trajectory = rollout(env, lambda obs: int(obs[2] > 0), seed=0)
