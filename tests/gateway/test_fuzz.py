@@ -274,7 +274,11 @@ def test_random_json_gets_a_shaped_4xx(gateway: ThreadedGateway, path: str, body
 
 
 @pytest.mark.parametrize("path", list(ROUTES))
-@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(raw=st.binary(max_size=64))
 def test_random_bytes_get_a_shaped_4xx(gateway: ThreadedGateway, path: str, raw: bytes) -> None:
     before = gateway.turn_count()
