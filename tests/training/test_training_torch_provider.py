@@ -325,3 +325,17 @@ def test_warmup_segments_render_chat_examples(tiny_model_dir: Path) -> None:
     assert segment.loss_mask == (False,) * len(prompt) + (True,) * len(completion)
     # The completion parses back to the answer, as a sampled one would.
     assert renderer.parse(list(completion)).text == "O"
+
+
+def test_entropy_metric_is_the_mean_entropy_of_trained_positions(
+    tiny_model_dir: Path, ids: dict[str, int]
+) -> None:
+    provider = TorchProvider(tiny_model_dir)
+    [segment] = sample_segments(provider, ids, ["8642"], temperature=0.5)
+    metrics = provider.forward_backward(TrainBatch((segment,))).metrics
+    with torch.no_grad():
+        logits = provider.model(input_ids=torch.tensor([segment.tokens])).logits[0].float() / 0.5
+    logp = torch.log_softmax(logits, dim=-1)
+    entropy = -(logp.exp() * logp).sum(-1)
+    trained = [t - 1 for t, m in enumerate(segment.loss_mask) if m]
+    assert metrics["train/entropy"] == pytest.approx(entropy[trained].mean().item(), rel=1e-5)

@@ -60,6 +60,9 @@ TOKENIZER_FILE_PATTERNS = (
 )
 """Files copied from the base folder into a full checkpoint so it is a complete HF folder."""
 
+_ENTROPY_CHUNK = 1024
+"""Trained positions per chunk when measuring entropy (bounds the [N, vocab] temporaries)."""
+
 STATE_FILE = "trainer_state.pt"
 STATE_SUMMARY = "trainer_state.json"
 
@@ -315,15 +318,17 @@ class TorchProvider:
         logp = token_logprobs(logits, tensors["input_ids"], temperatures)
         if self.compute_entropy:
             with torch.no_grad():
-                # Positions t-1 predict trained tokens t.
+                # Positions t-1 predict trained tokens t; chunked so [N, V] never materialises.
                 mask = tensors["loss_mask"][:, 1:]
-                temps = temperatures[:, None].expand(mask.shape)[mask]
-                picked = logits[:, :-1][mask].float() / temps[:, None]
-                if picked.numel():
-                    lse = torch.logsumexp(picked, dim=-1)
-                    probs = torch.softmax(picked, dim=-1)
-                    entropy = lse - (probs * picked).sum(-1)
-                    tensors["entropy_sum"] = entropy.sum()
+                rows = mask.nonzero(as_tuple=True)
+                total = torch.zeros((), device=logits.device)
+                for start in range(0, rows[0].numel(), _ENTROPY_CHUNK):
+                    b = rows[0][start : start + _ENTROPY_CHUNK]
+                    t = rows[1][start : start + _ENTROPY_CHUNK]
+                    picked = logits[b, t].float() / temperatures[b][:, None]
+                    logp_all = torch.log_softmax(picked, dim=-1)
+                    total += -(logp_all.exp() * logp_all).sum()
+                tensors["entropy_sum"] = total
         return logp, tensors
 
     def logprobs(self, segments: TrainBatch | Sequence[Segment]) -> list[tuple[float, ...]]:
