@@ -277,3 +277,23 @@ async def test_close_fails_later_requests(model_dir: Path) -> None:
     await backend.close()
     with pytest.raises(BackendError, match="closed"):
         await backend.sample([1, 2, 3], NO_STOP)
+
+
+async def test_requests_join_a_running_batch_and_leave_when_done(
+    backend: LocalBackend, renderer: HFRenderer
+) -> None:
+    prompts = _prompts(renderer, 5)
+    long = SamplingParams(max_tokens=150, stop_token_ids=[-1], seed=1)
+    short = SamplingParams(max_tokens=5, stop_token_ids=[-1], seed=2)
+    running = [asyncio.create_task(backend.sample(p, long)) for p in prompts[:2]]
+    await asyncio.sleep(0.1)  # the long batch is decoding
+    assert not any(task.done() for task in running)
+    joined = [await backend.sample(p, short) for p in prompts[2:]]  # one after another
+    assert not any(task.done() for task in running)  # served while the long ones still ran
+    done = await asyncio.gather(*running)
+    for prompt, completion in zip(prompts, [*done, *joined], strict=True):
+        # Joining (left-padded caches of other lengths) changes no logprob.
+        assert await _max_diff(backend, prompt, completion, 1.0) < 1e-4
+    # Seeded: the same tokens as when sampled alone.
+    alone = await backend.sample(prompts[3], short)
+    assert alone.tokens == joined[1].tokens

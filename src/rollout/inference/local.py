@@ -1,10 +1,13 @@
 """The local backend: PyTorch + transformers sampling with per-token logprobs, batched.
 
-Concurrent `sample` calls queue up; one worker thread takes up to `max_batch` of them at a
-time and decodes them together: prompts left-padded, an attention mask, position ids counted
-from the mask (so a padded row computes what it would alone, up to float rounding), one
-incremental KV-cache step per token, finished rows dropped from the batch. The event loop is
-never blocked.
+Concurrent `sample` calls queue up; one worker thread decodes up to `max_batch` of them
+together: prompts left-padded, an attention mask, position ids counted from the mask (so a
+padded row computes what it would alone, up to float rounding), one incremental KV-cache step
+per token. Batching is continuous: a finished row leaves the batch at once (its caller gets
+the completion then), and requests that arrive while a batch decodes join it at the next step
+(prefilled on their own, then their cache is left-padded and stacked onto the batch's).
+Models whose cache is not plain full attention (sliding windows) batch statically instead. The
+event loop is never blocked.
 
 Logprobs are reported under the distribution actually sampled from:
 
@@ -41,6 +44,7 @@ from typing import Any, Literal, TypeVar
 import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, PreTrainedModel
+from transformers.cache_utils import DynamicLayer
 
 from rollout.contracts import Completion, SamplingParams
 from rollout.inference.base import BackendError
@@ -62,6 +66,20 @@ class _Request:
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     top: list[dict[int, float]] = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class _Group:
+    """Requests decoding together: their KV cache, attention mask and next positions.
+
+    The mask covers the cached columns; `last` holds each row's latest token, not yet fed.
+    """
+
+    requests: list[_Request]
+    cache: DynamicCache
+    mask: torch.Tensor
+    next_position: torch.Tensor
+    last: list[int] = field(default_factory=list)
 
 
 @dataclass(eq=False)
@@ -141,6 +159,7 @@ class LocalBackend:
         self._jobs: deque[_Job] = deque()
         self._closed = False
         self.batches_run = 0
+        """Groups of requests admitted together (one prefill each)."""
         self.tokens_sampled = 0
         self._thread = threading.Thread(
             target=self._work, name="rollout-local-backend", daemon=True
@@ -261,40 +280,42 @@ class LocalBackend:
             _resolve(job.loop, job.future, result=result)
 
     def _run_batch(self, batch: list[_Request]) -> None:
-        version = self._version  # weights change only between batches
+        """Decode `batch`, admitting newer requests into it at step boundaries, until it drains.
+
+        Weights never change while a group is decoding (jobs wait for it to drain, and no
+        request is admitted while a job waits), so every completion has one version.
+        """
+        version = self._version
+        group: _Group | None = None
+        admitted = batch
         try:
             with torch.inference_mode():
-                self._decode(batch)
+                while True:
+                    if admitted:
+                        fresh, logits = self._prefill(admitted)
+                        self._advance(fresh, logits, version)
+                        group = fresh if group is None else self._merge(group, fresh)
+                    if group is None or not group.requests:
+                        return
+                    self._advance(group, self._step(group), version)
+                    admitted = self._admit(group)
         except Exception as exc:
-            log.exception("batch of %d failed", len(batch))
-            for request in batch:
+            log.exception("decoding failed")
+            for request in [*(group.requests if group else []), *admitted, *batch]:
                 _resolve(request.loop, request.future, error=exc)
-            return
-        self.batches_run += 1
-        for request in batch:
-            reason = self._finish_reason(request)
-            completion = Completion(
-                tokens=tuple(request.tokens),
-                logprobs=tuple(request.logprobs),
-                stop_reason=reason,
-                version=version,
-                top_logprobs=tuple(request.top),
-            )
-            self.tokens_sampled += len(request.tokens)
-            _resolve(request.loop, request.future, result=completion)
 
-    def _decode(self, batch: list[_Request]) -> None:
-        device = self.device
-        width = max(len(r.prompt) for r in batch)
-        ids = torch.full((len(batch), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(batch), width), dtype=torch.long)
-        for row, request in enumerate(batch):
+    def _prefill(self, requests: list[_Request]) -> tuple[_Group, torch.Tensor]:
+        """Run the prompts (left-padded) through the model: a new group with a KV cache."""
+        self.batches_run += 1
+        width = max(len(r.prompt) for r in requests)
+        ids = torch.full((len(requests), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(requests), width), dtype=torch.long)
+        for row, request in enumerate(requests):
             ids[row, width - len(request.prompt) :] = torch.tensor(request.prompt)
             mask[row, width - len(request.prompt) :] = 1
-        ids, mask = ids.to(device), mask.to(device)
+        ids, mask = ids.to(self.device), mask.to(self.device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         cache = DynamicCache(config=self.model.config)
-        active = list(batch)
         out = self.model(
             input_ids=ids,
             attention_mask=mask,
@@ -303,33 +324,99 @@ class LocalBackend:
             logits_to_keep=1,
             **{self._cache_kwarg: cache},
         )
-        next_position = positions[:, -1] + 1
-        while True:
-            logits = out.logits[:, -1, :].float()
-            chosen = self._choose(active, logits)
-            keep: list[int] = []
-            for row, request in enumerate(active):
-                token = chosen[row]
-                if not self._done(request, token):
-                    keep.append(row)
-            if not keep:
-                return
-            if len(keep) < len(active):
-                index = torch.tensor(keep, device=device)
-                cache.batch_select_indices(index)
-                mask, next_position = mask[index], next_position[index]
-                active = [active[row] for row in keep]
-                chosen = [chosen[row] for row in keep]
-            step = torch.tensor(chosen, device=device, dtype=torch.long).unsqueeze(-1)
-            mask = torch.cat([mask, mask.new_ones((len(active), 1))], dim=-1)
-            out = self.model(
-                input_ids=step,
-                attention_mask=mask,
-                position_ids=next_position.unsqueeze(-1),
-                use_cache=True,
-                **{self._cache_kwarg: cache},
-            )
-            next_position = next_position + 1
+        group = _Group(
+            requests=list(requests), cache=cache, mask=mask, next_position=positions[:, -1] + 1
+        )
+        return group, out.logits[:, -1, :].float()
+
+    def _step(self, group: _Group) -> torch.Tensor:
+        """Feed each row's last chosen token; the logits of the next position."""
+        tokens = torch.tensor(group.last, device=self.device, dtype=torch.long).unsqueeze(-1)
+        group.mask = torch.cat([group.mask, group.mask.new_ones((len(group.requests), 1))], -1)
+        out = self.model(
+            input_ids=tokens,
+            attention_mask=group.mask,
+            position_ids=group.next_position.unsqueeze(-1),
+            use_cache=True,
+            **{self._cache_kwarg: group.cache},
+        )
+        group.next_position = group.next_position + 1
+        return out.logits[:, -1, :].float()
+
+    def _advance(self, group: _Group, logits: torch.Tensor, version: int) -> None:
+        """Choose each row's next token; finish the rows that are done and drop them."""
+        chosen = self._choose(group.requests, logits)
+        keep: list[int] = []
+        for row, request in enumerate(group.requests):
+            if self._done(request, chosen[row]):
+                self._complete(request, version)
+            else:
+                keep.append(row)
+        if len(keep) < len(group.requests):
+            index = torch.tensor(keep, device=self.device, dtype=torch.long)
+            group.cache.batch_select_indices(index)
+            group.mask, group.next_position = group.mask[index], group.next_position[index]
+            group.requests = [group.requests[row] for row in keep]
+            self._trim(group)
+        group.last = [chosen[row] for row in keep]
+
+    def _complete(self, request: _Request, version: int) -> None:
+        completion = Completion(
+            tokens=tuple(request.tokens),
+            logprobs=tuple(request.logprobs),
+            stop_reason=self._finish_reason(request),
+            version=version,
+            top_logprobs=tuple(request.top),
+        )
+        self.tokens_sampled += len(request.tokens)
+        _resolve(request.loop, request.future, result=completion)
+
+    def _admit(self, group: _Group) -> list[_Request]:
+        """Queued requests that can join `group` now (none while a job waits)."""
+        room = self.max_batch - len(group.requests)
+        if room <= 0 or not _joinable(group.cache):
+            return []
+        with self._cond:
+            if self._jobs or self._closed:
+                return []
+            admitted: list[_Request] = []
+            while self._requests and len(admitted) < room:
+                request = self._requests.popleft()
+                if not request.future.cancelled():
+                    admitted.append(request)
+        return admitted
+
+    def _merge(self, group: _Group, fresh: _Group) -> _Group:
+        """One group of both: caches and masks left-padded to one length, rows stacked."""
+        if not fresh.requests:
+            return group
+        if not group.requests:
+            return fresh
+        width = max(group.mask.shape[1], fresh.mask.shape[1])
+        for old, new in zip(_layers(group.cache), _layers(fresh.cache), strict=True):
+            old.keys = torch.cat([_left_pad(old.keys, width), _left_pad(new.keys, width)])
+            old.values = torch.cat([_left_pad(old.values, width), _left_pad(new.values, width)])
+        mask = torch.cat([_left_pad(group.mask, width, dim=1), _left_pad(fresh.mask, width, dim=1)])
+        return _Group(
+            requests=group.requests + fresh.requests,
+            cache=group.cache,
+            mask=mask,
+            next_position=torch.cat([group.next_position, fresh.next_position]),
+            last=group.last + fresh.last,
+        )
+
+    def _trim(self, group: _Group) -> None:
+        """Drop leading columns that no row attends to (left by rows that finished)."""
+        if not group.requests or not _joinable(group.cache):
+            return
+        used = group.mask.any(dim=0).nonzero()
+        start = int(used[0]) if len(used) else 0
+        if start == 0:
+            return
+        group.mask = group.mask[:, start:]
+        for layer in _layers(group.cache):
+            layer.keys = layer.keys[..., start:, :]
+            layer.values = layer.values[..., start:, :]
 
     def _choose(self, active: list[_Request], logits: torch.Tensor) -> list[int]:
         """Pick each row's next token and record its logprob (see the module docstring)."""
@@ -528,6 +615,26 @@ def _nucleus(logp: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
     drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
     kept = logp.masked_fill(drop, float("-inf"))
     return kept - torch.logsumexp(kept, dim=-1, keepdim=True)
+
+
+def _joinable(cache: DynamicCache) -> bool:
+    """Whether rows can be added to and columns trimmed from `cache` (full-attention layers)."""
+    return all(type(layer) is DynamicLayer and layer.is_initialized for layer in cache.layers)
+
+
+def _layers(cache: DynamicCache) -> list[Any]:
+    """The cache's layers; only called on joinable caches, whose layers hold keys and values."""
+    return list(cache.layers)
+
+
+def _left_pad(tensor: torch.Tensor, width: int, dim: int = -2) -> torch.Tensor:
+    """`tensor` padded with zeros at the start of `dim` to `width`."""
+    missing = width - tensor.shape[dim]
+    if missing == 0:
+        return tensor
+    shape = list(tensor.shape)
+    shape[dim] = missing
+    return torch.cat([tensor.new_zeros(shape), tensor], dim=dim)
 
 
 def _tied_keys(model: torch.nn.Module) -> set[str]:
