@@ -1,0 +1,84 @@
+"""`rollout env check` reports each contract problem by name, with the task's own traceback."""
+
+from __future__ import annotations
+
+import pytest
+
+from rollout.harness.check import check_environment
+from rollout.harness.errors import EnvironmentLoadError
+from rollout.harness.loading import load_environment
+from rollout.inference.direct import DirectModel
+from rollout.inference.factory import load_model
+
+
+@pytest.fixture(scope="module")
+def scripted() -> DirectModel:
+    renderer, backend = load_model("scripted")
+    return DirectModel(renderer, backend)
+
+
+async def check(spec: str, model: DirectModel) -> list[str]:
+    report = await check_environment(load_environment(spec), model.complete)
+    return report.all_problems()
+
+
+async def test_arithmetic_passes(scripted: DirectModel) -> None:
+    report = await check_environment(
+        load_environment("arithmetic.environment:environment"), scripted.complete
+    )
+    assert report.ok, report.all_problems()
+    assert report.seats[0].result is not None
+    assert report.seats[0].result.reward == 1.0  # the scripted model does arithmetic
+    assert report.seats[0].result.turns == 1
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("no_start", "NoStart does not define start()"),
+        ("start_returns_text", "StartReturnsText.start must return an Observation or End, got str"),
+        ("respond_raises", "RespondRaises.respond raised ValueError: cannot grade"),
+        ("not_finite", "reward is not finite"),
+        ("sync_start", "SyncStart.start must be `async def`"),
+        ("parameters_fail", "drawing parameters raised KeyError"),
+    ],
+)
+async def test_broken_environments_are_reported_by_name(
+    name: str, expected: str, scripted: DirectModel
+) -> None:
+    problems = await check(f"tests.harness.broken_envs:{name}", scripted)
+    assert len(problems) == 1, problems
+    assert expected in problems[0]
+
+
+async def test_exception_report_carries_the_tasks_traceback(scripted: DirectModel) -> None:
+    report = await check_environment(
+        load_environment("tests.harness.broken_envs:respond_raises"), scripted.complete
+    )
+    (seat,) = report.seats
+    assert seat.traceback is not None
+    assert "broken_envs.py" in seat.traceback
+    assert 'raise ValueError(f"cannot grade {reply.text!r}")' in seat.traceback
+
+
+async def test_episode_that_never_ends_is_truncated(scripted: DirectModel) -> None:
+    report = await check_environment(
+        load_environment("tests.harness.broken_envs:never_ends"), scripted.complete
+    )
+    assert report.ok
+    result = report.seats[0].result
+    assert result is not None and result.truncated and result.turns == 3 and result.reward == 0.0
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ("no-colon", "must look like MODULE:ATTR"),
+        ("no_such_module_xyz:env", "cannot import module 'no_such_module_xyz'"),
+        ("tests.harness.broken_envs:missing", "has no attribute 'missing'"),
+        ("tests.harness.broken_envs:not_an_environment", "is int, not a rollout Environment"),
+    ],
+)
+def test_load_errors_name_the_problem(spec: str, expected: str) -> None:
+    with pytest.raises(EnvironmentLoadError, match=expected):
+        load_environment(spec)
