@@ -7,8 +7,8 @@ Postgres (a real server, never a mock):
   3 s, once) and stopped and deleted at the end. It runs with `fsync=off`: test data need not
   survive a power cut. Set `ROLLOUT_TEST_DATABASE_URL` to use a server you run instead.
 - `database_url` (function): the URL of a fresh database for this test alone, with the ledger's
-  migrations applied (cloned from a template database, ~0.1 s), dropped after the test. Give it
-  to subprocesses as `ROLLOUT_DATABASE_URL`.
+  migrations applied (cloned from a template database ahead of time by a background thread),
+  dropped after the test. Give it to subprocesses as `ROLLOUT_DATABASE_URL`.
 - `ledger` (function, async): a connected `rollout.ledger.Ledger` on a fresh database, closed
   after the test. Tests never see each other's rows.
 - `make_ledger` (function, async): a factory for more `Ledger`s on the same fresh database (for
@@ -33,8 +33,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import queue
 import shutil
 import tempfile
+import threading
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
@@ -108,23 +110,90 @@ def _template_database(pg_server_url: str) -> str:
     return name
 
 
-@pytest.fixture
-def database_url(pg_server_url: str, _template_database: str) -> Iterator[str]:
-    """URL of a fresh, migrated database for this test only (dropped afterwards)."""
-    name = f"t_{uuid.uuid4().hex[:16]}"
-    with psycopg.connect(pg_server_url, autocommit=True) as conn:
+class _Databases:
+    """Fresh databases cloned from the template, made ahead by a background thread (so a test
+    rarely waits for CREATE DATABASE) and dropped behind it."""
+
+    def __init__(self, server_url: str, template: str, ahead: int = 2) -> None:
+        self._server_url = server_url
+        self._template = template
+        self._ahead = ahead
+        self._ready: queue.Queue[str] = queue.Queue()
+        self._to_drop: queue.Queue[str] = queue.Queue()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._work, name="test-databases", daemon=True)
+        self._thread.start()
+
+    def _create(self, conn: psycopg.Connection[Any]) -> str:
+        name = f"t_{uuid.uuid4().hex[:16]}"
         conn.execute(
             sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
-                sql.Identifier(name), sql.Identifier(_template_database)
+                sql.Identifier(name), sql.Identifier(self._template)
             )
         )
+        return name
+
+    @staticmethod
+    def _drop(conn: psycopg.Connection[Any], name: str) -> None:
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
+
+    def _work(self) -> None:
+        with psycopg.connect(self._server_url, autocommit=True) as conn:
+            while not self._stop.is_set():
+                try:
+                    self._drop(conn, self._to_drop.get_nowait())
+                    continue
+                except queue.Empty:
+                    pass
+                if self._ready.qsize() < self._ahead:
+                    self._ready.put(self._create(conn))
+                    continue
+                self._wake.wait(0.5)
+                self._wake.clear()
+
+    def take(self) -> str:
+        try:
+            name = self._ready.get(timeout=0.01)
+        except queue.Empty:
+            with psycopg.connect(self._server_url, autocommit=True) as conn:
+                name = self._create(conn)
+        self._wake.set()
+        return name
+
+    def release(self, name: str) -> None:
+        self._to_drop.put(name)
+        self._wake.set()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        self._thread.join(timeout=60)
+        with psycopg.connect(self._server_url, autocommit=True) as conn:
+            for pending in (self._ready, self._to_drop):
+                while not pending.empty():
+                    self._drop(conn, pending.get_nowait())
+
+
+@pytest.fixture(scope="session")
+def _databases(pg_server_url: str, _template_database: str) -> Iterator[_Databases]:
+    databases = _Databases(pg_server_url, _template_database)
+    try:
+        yield databases
+    finally:
+        databases.close()
+
+
+@pytest.fixture
+def database_url(pg_server_url: str, _databases: _Databases) -> Iterator[str]:
+    """URL of a fresh, migrated database for this test only (dropped afterwards)."""
+    name = _databases.take()
     try:
         yield with_database(pg_server_url, name)
     finally:
-        with psycopg.connect(pg_server_url, autocommit=True) as conn:
-            conn.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
+        _databases.release(name)
 
 
 @pytest.fixture

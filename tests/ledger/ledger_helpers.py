@@ -1,4 +1,4 @@
-"""Helpers for the ledger's tests (imported by name: this folder is on sys.path)."""
+"""Helpers for the ledger's tests."""
 
 from __future__ import annotations
 

@@ -7,9 +7,9 @@ import time
 from collections.abc import Awaitable, Callable
 
 import pytest
-from ledger_helpers import turn_for
 
 from rollout.ledger import EpisodeSpec, InvalidInput, Ledger, RunRecord
+from tests.ledger.ledger_helpers import turn_for
 
 MakeLedger = Callable[..., Awaitable[Ledger]]
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from ledger_helpers import turn_for
 
 from rollout.ledger import (
     EpisodeSpec,
@@ -16,6 +15,7 @@ from rollout.ledger import (
     RunRecord,
     StaleFence,
 )
+from tests.ledger.ledger_helpers import turn_for
 
 
 async def _claim_all(ledger: Ledger, run_id: str, runner: str = "r") -> list:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from ledger_helpers import turn_for
 
 from rollout.ledger import (
     CheckpointRecord,
@@ -17,6 +16,7 @@ from rollout.ledger import (
     SeatClaim,
     StaleFence,
 )
+from tests.ledger.ledger_helpers import turn_for
 
 
 def checkpoint(run_id: str, version: int, parent: int | None = None) -> CheckpointRecord:

@@ -43,6 +43,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from rollout.contracts import Turn
+from rollout.ledger.adapters import Float8s, Int4s, register_dumpers
 from rollout.ledger.embedded import database_url
 from rollout.ledger.errors import InvalidInput, LeaseHeld, LedgerError, NotFound, StaleFence
 from rollout.ledger.migrate import apply_migrations
@@ -250,9 +251,9 @@ def _turn_params(turn: Turn) -> dict[str, Any]:
         "agent": turn.agent,
         "attempt": turn.attempt,
         "index": turn.index,
-        "prompt": list(turn.prompt_tokens),
-        "completion": list(turn.completion_tokens),
-        "logprobs": list(turn.logprobs),
+        "prompt": Int4s(turn.prompt_tokens, "turn.prompt_tokens"),
+        "completion": Int4s(turn.completion_tokens, "turn.completion_tokens"),
+        "logprobs": Float8s(turn.logprobs, "turn.logprobs"),
         "version": turn.version,
         "stop_reason": turn.stop_reason,
         "extends": turn.extends_previous,
@@ -261,6 +262,10 @@ def _turn_params(turn: Turn) -> dict[str, Any]:
         "temperature": turn.temperature,
         "request": _json("turn.request", turn.request),
     }
+
+
+async def _configure(conn: AsyncConnection[Any]) -> None:
+    register_dumpers(conn)
 
 
 def episode_id_for(run_id: str, spec: EpisodeSpec) -> str:
@@ -309,6 +314,7 @@ class Ledger:
             kwargs={"autocommit": True},
             open=False,
             name="rollout-ledger",
+            configure=_configure,
         )
         await pool.open(wait=True, timeout=30.0)
         return cls(pool, resolved)
@@ -793,9 +799,9 @@ class Ledger:
                             turn.agent,
                             turn.attempt,
                             turn.index,
-                            list(turn.prompt_tokens),
-                            list(turn.completion_tokens),
-                            list(turn.logprobs),
+                            Int4s(turn.prompt_tokens, "turn.prompt_tokens"),
+                            Int4s(turn.completion_tokens, "turn.completion_tokens"),
+                            Float8s(turn.logprobs, "turn.logprobs"),
                             turn.version,
                             turn.stop_reason,
                             turn.extends_previous,

@@ -1,0 +1,279 @@
+"""How fast the ledger records turns, against a raw INSERT of the same rows.
+
+    uv run python benchmarks/ledger_turns.py [--json] [--turns N] [--url URL]
+
+Records realistic turns (about 200 prompt tokens, 50 completion tokens with float64 logprobs, a
+small request document) into a fresh database on the embedded Postgres (started in a temporary
+state folder and stopped afterwards, unless --url or --state-dir is given), from this one
+process, in several ways:
+
+- `one_at_a_time`: `await ledger.record_turn(turn)` in a loop (one fenced statement each);
+- `concurrent_16`: the same from 16 tasks at once over a pool of 16 connections (a gateway);
+- `batched_100` / `batched_500`: `await ledger.record_turns(batch)` (one transaction each);
+- `baseline_executemany`: the raw INSERT of the same rows, no fence and no NOTIFY, into a copy
+  of the turns table, by `executemany` in one transaction (psycopg pipelines it);
+- `baseline_executemany_bytea`: the same with the token arrays packed as bytea (int32), to
+  compare the storage format.
+
+Each figure is turns per second of wall time and the client's CPU seconds per 1,000 turns; the
+ratio is against `baseline_executemany`. The goal is >= 5,000 turns/s from one client core.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import shutil
+import struct
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.types.json import Jsonb
+
+from rollout.contracts import Turn
+from rollout.ledger import EpisodeSpec, Ledger, SeatClaim
+from rollout.ledger.embedded import database_url, stop_embedded, with_database
+
+PROMPT_TOKENS = 200
+COMPLETION_TOKENS = 50
+TURNS_PER_SEAT = 20
+
+
+def make_turns(claims: list[SeatClaim], count: int, offset: int, rng: random.Random) -> list[Turn]:
+    """`count` turns spread over the claimed seats; indices start at `offset` per seat."""
+    turns = []
+    now = time.time()
+    per_seat = -(-count // len(claims))
+    for claim in claims:
+        for index in range(offset, offset + per_seat):
+            if len(turns) == count:
+                return turns
+            turns.append(
+                Turn(
+                    episode_id=claim.episode_id,
+                    agent=claim.agent,
+                    attempt=claim.attempt,
+                    index=index,
+                    prompt_tokens=tuple(rng.randrange(150_000) for _ in range(PROMPT_TOKENS)),
+                    completion_tokens=tuple(
+                        rng.randrange(150_000) for _ in range(COMPLETION_TOKENS)
+                    ),
+                    logprobs=tuple(-rng.expovariate(2.0) for _ in range(COMPLETION_TOKENS)),
+                    version=3,
+                    stop_reason="stop",
+                    extends_previous=index > 0,
+                    started_at=now,
+                    ended_at=now + 0.25,
+                    temperature=1.0,
+                    request={"protocol": "chat.completions", "model": "policy", "n": index},
+                )
+            )
+    return turns
+
+
+async def timed(fn: Callable[[], Awaitable[Any]], turns: int) -> dict[str, float]:
+    wall, cpu = time.perf_counter(), time.process_time()
+    await fn()
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    return {
+        "turns": turns,
+        "seconds": round(wall, 4),
+        "turns_per_s": round(turns / wall, 1),
+        "client_cpu_s_per_1k": round(cpu / turns * 1000, 4),
+    }
+
+
+def baseline_rows(turns: list[Turn], run_id: str, packed: bool) -> list[tuple[Any, ...]]:
+    def tokens(values: tuple[int, ...]) -> Any:
+        return struct.pack(f"<{len(values)}i", *values) if packed else list(values)
+
+    return [
+        (
+            run_id,
+            t.episode_id,
+            t.agent,
+            t.attempt,
+            t.index,
+            tokens(t.prompt_tokens),
+            tokens(t.completion_tokens),
+            list(t.logprobs),
+            t.version,
+            t.stop_reason,
+            t.extends_previous,
+            t.started_at,
+            t.ended_at,
+            t.temperature,
+            Jsonb(t.request),
+        )
+        for t in turns
+    ]
+
+
+async def baseline(url: str, table: str, rows: list[tuple[Any, ...]]) -> None:
+    async with await psycopg.AsyncConnection.connect(url) as conn:
+        async with conn.transaction(), conn.cursor() as cursor:
+            await cursor.executemany(
+                sql.SQL(
+                    "INSERT INTO {} (run_id, episode_id, agent, attempt, turn_index,"
+                    " prompt_tokens, completion_tokens, logprobs, version, stop_reason,"
+                    " extends_previous, started_at, ended_at, temperature, request)"
+                    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+                    " ON CONFLICT DO NOTHING"
+                ).format(sql.Identifier(table)),
+                rows,
+            )
+
+
+async def bench(url: str, total: int) -> dict[str, Any]:
+    ledger = await Ledger.connect(url, min_size=16, max_size=16)
+    rng = random.Random(0)
+    try:
+        run = await ledger.create_run(f"bench-{uuid.uuid4().hex[:6]}", "bench:env", {})
+        seats = max(8, total // TURNS_PER_SEAT)
+        await ledger.add_episodes(run.run_id, [EpisodeSpec(0, m, {}, m) for m in range(seats)])
+        claims = []
+        while (claim := await ledger.claim_seat("bench", run_id=run.run_id)) is not None:
+            claims.append(claim)
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+            await conn.execute("CREATE TABLE turns_baseline (LIKE turns INCLUDING ALL)")
+            await conn.execute(
+                "CREATE TABLE turns_baseline_bytea (LIKE turns INCLUDING ALL);"
+                " ALTER TABLE turns_baseline_bytea"
+                "  ALTER prompt_tokens TYPE bytea USING NULL,"
+                "  ALTER completion_tokens TYPE bytea USING NULL"
+            )
+
+        results: dict[str, dict[str, float]] = {}
+        offset = 0
+
+        def next_turns(count: int) -> list[Turn]:
+            nonlocal offset
+            made = make_turns(claims, count, offset, rng)
+            offset += TURNS_PER_SEAT * 10
+            return made
+
+        # Warm up: connections, prepared statements.
+        for turn in next_turns(64):
+            await ledger.record_turn(turn)
+        await ledger.record_turns(next_turns(64))
+
+        turns = next_turns(total)
+
+        async def one_at_a_time() -> None:
+            for turn in turns:
+                await ledger.record_turn(turn)
+
+        results["one_at_a_time"] = await timed(one_at_a_time, len(turns))
+
+        turns = next_turns(total)
+
+        async def concurrent() -> None:
+            queue = list(reversed(turns))
+
+            async def worker() -> None:
+                while queue:
+                    await ledger.record_turn(queue.pop())
+
+            await asyncio.gather(*(worker() for _ in range(16)))
+
+        results["concurrent_16"] = await timed(concurrent, len(turns))
+
+        for size in (100, 500):
+            turns = next_turns(total)
+
+            async def batched(turns: list[Turn] = turns, size: int = size) -> None:
+                for start in range(0, len(turns), size):
+                    await ledger.record_turns(turns[start : start + size])
+
+            results[f"batched_{size}"] = await timed(batched, len(turns))
+
+        turns = next_turns(total)
+        rows = baseline_rows(turns, run.run_id, packed=False)
+        results["baseline_executemany"] = await timed(
+            lambda: baseline(url, "turns_baseline", rows), len(rows)
+        )
+        rows = baseline_rows(turns, run.run_id, packed=True)
+        results["baseline_executemany_bytea"] = await timed(
+            lambda: baseline(url, "turns_baseline_bytea", rows), len(rows)
+        )
+
+        # Reading back: the trainer's path (complete groups load every turn of a seat).
+        seat = claims[0]
+
+        async def read_seat() -> None:
+            for _ in range(20):
+                await ledger.seat_turns(seat.episode_id, seat.agent, seat.attempt)
+
+        stored = len(await ledger.seat_turns(seat.episode_id, seat.agent, seat.attempt))
+        results["read_seat_turns"] = await timed(read_seat, 20 * stored)
+
+        base = results["baseline_executemany"]["turns_per_s"]
+        for figures in results.values():
+            figures["ratio_vs_baseline"] = round(figures["turns_per_s"] / base, 3)
+        return {
+            "prompt_tokens": PROMPT_TOKENS,
+            "completion_tokens": COMPLETION_TOKENS,
+            "results": results,
+        }
+    finally:
+        await ledger.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.add_argument("--turns", type=int, default=4000, help="turns per measurement")
+    parser.add_argument("--url", help="a Postgres server URL (default: a temporary embedded one)")
+    parser.add_argument("--state-dir", help="use (and keep) the embedded server in this folder")
+    args = parser.parse_args()
+
+    temporary: Path | None = None
+    if args.url:
+        server_url = args.url
+    else:
+        if args.state_dir:
+            state = Path(args.state_dir)
+        else:
+            temporary = state = Path(tempfile.mkdtemp(prefix="rollout-bench-"))
+        server_url = database_url(state, database="postgres")
+    name = f"bench_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        report = asyncio.run(bench(with_database(server_url, name), args.turns))
+    finally:
+        with psycopg.connect(server_url, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
+        if temporary is not None:
+            stop_embedded(temporary)
+            shutil.rmtree(temporary, ignore_errors=True)
+
+    report["cpu_count"] = os.cpu_count()
+    if args.json:
+        json.dump(report, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return
+    print(
+        f"ledger turns: {report['prompt_tokens']} prompt + {report['completion_tokens']} "
+        "completion tokens each"
+    )
+    for mode, figures in report["results"].items():
+        print(
+            f"  {mode:28s} {figures['turns_per_s']:>10,.0f} turns/s"
+            f"  {figures['client_cpu_s_per_1k']:.3f} client CPU s/1k"
+            f"  x{figures['ratio_vs_baseline']:.2f} vs baseline"
+        )
+
+
+if __name__ == "__main__":
+    main()
