@@ -1,0 +1,141 @@
+"""The `rollout` command, run in-process through its real entry point on a real Postgres."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from rollout.cli import main
+
+
+@pytest.fixture(autouse=True)
+def _environment(monkeypatch: pytest.MonkeyPatch, database_url: str, tmp_path: Path) -> None:
+    monkeypatch.setenv("ROLLOUT_DATABASE_URL", database_url)
+    monkeypatch.setenv("ROLLOUT_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("COLUMNS", "200")
+
+
+def rollout(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """Run `rollout ARGS`; return (exit code, stdout, stderr)."""
+    old = sys.argv
+    sys.argv = ["rollout", *args]
+    code = 0
+    try:
+        main()
+    except SystemExit as exit_:
+        code = exit_.code if isinstance(exit_.code, int) else 1
+    finally:
+        sys.argv = old
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_run_records_an_episode_that_episodes_show_prints(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = rollout(capsys, "run", "arithmetic.environment:environment", "--json")
+    assert code == 0
+    outcome = json.loads(out)
+    (seat,) = outcome["seats"]
+    assert seat["status"] == "completed" and seat["reward"] == 1.0
+    question = outcome["parameters"]["question"]
+    assert [m["role"] for m in seat["messages"]] == ["user", "assistant"]
+    assert seat["messages"][0]["text"] == question
+
+    code, out, _ = rollout(capsys, "episodes", "show", outcome["episode_id"], "--json")
+    assert code == 0
+    episode = json.loads(out)
+    (turn,) = episode["turns"]
+    assert turn["prompt_tokens"] and all(isinstance(t, int) for t in turn["prompt_tokens"])
+    assert len(turn["logprobs"]) == len(turn["completion_tokens"]) > 0
+    assert turn["version"] == 0
+    assert episode["ends"][0]["reward"] == 1.0
+
+    code, out, _ = rollout(capsys, "episodes", "show", outcome["episode_id"])
+    assert code == 0
+    assert "prompt tokens" in out and "logprobs" in out and "version 0" in out
+
+
+def test_run_prints_a_transcript(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = rollout(capsys, "run", "arithmetic.environment:environment", "--seed", "3")
+    assert code == 0
+    assert "What is" in out and "assistant" in out and "reward 1" in out
+
+
+def test_runs_list_show_set_pause_resume(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = rollout(capsys, "run", "arithmetic.environment:environment", "--json")
+    run_id = json.loads(out)["run_id"]
+
+    code, out, _ = rollout(capsys, "runs", "list", "--json")
+    assert code == 0
+    assert [r["run_id"] for r in json.loads(out)] == [run_id]
+
+    assert rollout(capsys, "runs", "set", run_id, "--max-lag", "3")[0] == 0
+    assert rollout(capsys, "runs", "pause", run_id)[0] == 0
+    code, out, _ = rollout(capsys, "runs", "show", run_id, "--json")
+    detail = json.loads(out)
+    assert detail["settings"]["max_lag"] == 3 and detail["state"] == "paused"
+    assert rollout(capsys, "runs", "resume", run_id)[0] == 0
+    code, out, _ = rollout(capsys, "runs", "show", run_id, "--json")
+    assert json.loads(out)["state"] == "active"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["runs", "show", "no-such-run"], "run 'no-such-run' not found"),
+        (["episodes", "show", "no-such-episode"], "no-such-episode"),
+        (["env", "check", "nonsense"], "must look like MODULE:ATTR"),
+        (["run", "no_such_module_xyz:env"], "cannot import module 'no_such_module_xyz'"),
+        (["run", "arithmetic.environment:environment", "--model", "/nowhere"], "'/nowhere'"),
+        (["runs", "set", "x"], "nothing to set"),
+        (["train", "parity.environment:environment", "--preset", "nope"], "preset 'nope'"),
+    ],
+)
+def test_user_errors_print_one_line_without_traceback(
+    capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    code, _out, err = rollout(capsys, *args)
+    assert code == 2
+    assert message in err
+    assert "Traceback" not in err
+
+
+def test_env_check_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = rollout(capsys, "env", "check", "arithmetic.environment:environment")
+    assert code == 0 and "ok" in out
+    code, out, _ = rollout(
+        capsys, "env", "check", "tests.harness.broken_envs:respond_raises", "--json"
+    )
+    assert code == 1
+    report = json.loads(out)
+    assert not report["ok"]
+    assert "RespondRaises.respond raised ValueError" in report["problems"][0]
+
+
+def test_bad_preset_values_name_the_field(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    preset = tmp_path / "bad.yaml"
+    preset.write_text("learning_rate: -1\nmax_lag: many\n")
+    code, _, err = rollout(
+        capsys, "train", "parity.environment:environment", "--preset", str(preset)
+    )
+    assert code == 2
+    assert "learning_rate" in err and "max_lag" in err and "'many'" in err.replace('"', "'")
+
+
+def test_model_init_writes_a_hugging_face_folder(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    out_dir = tmp_path / "tiny"
+    code, out, _ = rollout(
+        capsys, "model", "init", "tiny", "--out", str(out_dir), "--hidden", "32", "--layers", "1"
+    )
+    assert code == 0
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= {
+        p.name for p in out_dir.iterdir()
+    }
+    config = json.loads((out_dir / "config.json").read_text())
+    assert config["hidden_size"] == 32 and config["num_hidden_layers"] == 1
