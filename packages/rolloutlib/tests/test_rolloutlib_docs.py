@@ -51,8 +51,13 @@ def test_document_code_blocks_run(
     blocks = python_blocks(path.read_text(encoding="utf-8"))
     assert len(blocks) >= 5, f"{name} should show its API with examples"
     monkeypatch.chdir(tmp_path)  # examples may write files
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    # Examples load local files only: forbid Hub access for this test.
+    import datasets.config
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_OFFLINE", True)
     namespace: dict[str, object] = {"__name__": f"docs_{path.stem}"}
     ran = 0
     for line, code, skipped in blocks:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import sys
 from decimal import Decimal
 from pathlib import Path
@@ -25,9 +24,16 @@ from rolloutlib.evals.benchmarks import (
 )
 from rolloutlib.spaces.text import text
 
-# Never touch the network from tests.
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
+@pytest.fixture
+def offline_hub(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Forbid Hugging Face Hub access for one test (the loaders must read local files only)."""
+    import datasets.config
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_OFFLINE", True)
 
 
 @pytest.mark.parametrize(
@@ -231,7 +237,7 @@ def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
     return path
 
 
-def test_load_gsm8k_from_local_jsonl(tmp_path: Path):
+def test_load_gsm8k_from_local_jsonl(tmp_path: Path, offline_hub: None):
     path = _write_jsonl(tmp_path / "test.jsonl", GSM8K_ROWS)
     benchmark = load_gsm8k("test", data_files=str(path), cache_dir=str(tmp_path / "cache"))
     assert len(benchmark) == 3 and benchmark.name == "gsm8k/test"
@@ -247,7 +253,7 @@ def test_load_gsm8k_from_local_jsonl(tmp_path: Path):
     assert len(limited) == 1
 
 
-def test_load_aime_from_local_parquet_with_split_mapping(tmp_path: Path):
+def test_load_aime_from_local_parquet_with_split_mapping(tmp_path: Path, offline_hub: None):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
