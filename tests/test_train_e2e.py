@@ -59,7 +59,11 @@ async def _check_ledger(database_url: str, run_id: str) -> None:
     try:
         checkpoints = sorted(await ledger.checkpoints(run_id), key=lambda c: c.created_at)
         steps = await ledger.train_steps(run_id)
-        turns = await ledger.turns_for_run(run_id)
+        turns = []
+        cursor = 0
+        while page := await ledger.turns_for_run(run_id, since=cursor, limit=5000):
+            cursor = page[-1][0]
+            turns.extend(turn for _, turn in page)
     finally:
         await ledger.close()
     assert [c.version for c in checkpoints] == list(range(STEPS + 1))
