@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gateway_helpers import VERSION, Serve, Served, claim_new_seat, tool_script
 
 from rollout.gateway import GatewayServer, create_app
 from rollout.inference.scripted import ScriptedBackend
 from rollout.ledger import Ledger
 from rollout.models import default_tokenizer_dir
 from rollout.rendering import HFRenderer
+from tests.gateway.gateway_helpers import VERSION, Serve, Served, claim_new_seat, tool_script
 
 
 @pytest.fixture(scope="session")

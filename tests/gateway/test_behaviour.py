@@ -14,7 +14,6 @@ import anthropic
 import httpx
 import openai
 import pytest
-from gateway_helpers import ADD_SCHEMA, FINAL_REPLY, TOOL_REPLY, Serve, claim_new_seat
 from transformers import AutoTokenizer
 
 from rollout.contracts import Message, ToolSpec
@@ -22,6 +21,7 @@ from rollout.gateway import GatewayError
 from rollout.ledger import KeyInfo, Ledger
 from rollout.models import CHAT_TEMPLATE
 from rollout.rendering import HFRenderer
+from tests.gateway.gateway_helpers import ADD_SCHEMA, FINAL_REPLY, TOOL_REPLY, Serve, claim_new_seat
 
 CHAT_TOOLS: list[Any] = [
     {"type": "function", "function": {"name": "add", "parameters": ADD_SCHEMA}},

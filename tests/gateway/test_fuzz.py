@@ -18,7 +18,6 @@ from typing import Any, TypeVar
 
 import httpx
 import pytest
-from gateway_helpers import claim_new_seat
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -26,6 +25,7 @@ from rollout.gateway import GatewayServer, create_app
 from rollout.inference.scripted import ScriptedBackend
 from rollout.ledger import Ledger, SeatClaim
 from rollout.rendering import HFRenderer
+from tests.gateway.gateway_helpers import claim_new_seat
 
 T = TypeVar("T")
 

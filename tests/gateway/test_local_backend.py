@@ -13,7 +13,6 @@ from pathlib import Path
 
 import openai
 import pytest
-from gateway_helpers import claim_new_seat
 
 from rollout.contracts import SamplingParams
 from rollout.gateway import GatewayServer, create_app
@@ -21,6 +20,7 @@ from rollout.inference.local import LocalBackend
 from rollout.ledger import Ledger
 from rollout.models import init_model
 from rollout.rendering import HFRenderer
+from tests.gateway.gateway_helpers import claim_new_seat
 
 
 @pytest.fixture(scope="module")

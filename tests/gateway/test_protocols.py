@@ -14,9 +14,16 @@ from typing import Any
 import anthropic
 import openai
 import pytest
-from gateway_helpers import ADD_SCHEMA, FINAL_REPLY, TOOL_REPLY, VERSION, Serve, Served
 
 from rollout.contracts import Message, ToolCall, ToolSpec, Turn
+from tests.gateway.gateway_helpers import (
+    ADD_SCHEMA,
+    FINAL_REPLY,
+    TOOL_REPLY,
+    VERSION,
+    Serve,
+    Served,
+)
 
 ADD = ToolSpec(name="add", description="Add two integers.", parameters=ADD_SCHEMA)
 CHAT_TOOLS: list[Any] = [

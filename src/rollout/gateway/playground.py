@@ -27,11 +27,27 @@ from typing import Any
 from rollout.gateway.app import GatewayServer, create_app
 from rollout.gateway.core import Admission
 from rollout.harness.errors import RolloutError
+from rollout.inference.base import InferenceBackend
 from rollout.ledger import EpisodeSpec, NotFound, SeatClaim
+from rollout.rendering.base import Renderer
 
 log = logging.getLogger("rollout.gateway")
 
 PLAYGROUND_RUN = "playground"
+
+
+def load_model(model: str, state_dir: Path) -> tuple[Renderer, InferenceBackend]:
+    """(renderer, backend) for `scripted` (its tokenizer cached under `state_dir`) or a folder."""
+    if model == "scripted":
+        from rollout.inference.scripted import ScriptedBackend
+        from rollout.models import default_tokenizer_dir
+        from rollout.rendering import HFRenderer
+
+        renderer = HFRenderer(default_tokenizer_dir(state_dir))
+        return renderer, ScriptedBackend(renderer)
+    from rollout.inference.factory import load_model as load_folder
+
+    return load_folder(model)
 
 
 class Playground:
@@ -68,7 +84,7 @@ class Playground:
         self.claim: SeatClaim | None = None
         self.server: GatewayServer | None = None
         self._ledger: Any = None
-        self._backend: Any = None
+        self._backend: InferenceBackend | None = None
         self._heartbeat: asyncio.Task[None] | None = None
 
     @property
@@ -96,15 +112,13 @@ class Playground:
         return self._ledger
 
     async def start(self) -> None:
-        from rollout.inference.factory import load_model
         from rollout.ledger import Ledger
 
-        os.environ.setdefault("ROLLOUT_STATE_DIR", str(self.state_dir))
         self._ledger = ledger = await Ledger.connect(
             self.database_url, state_dir=str(self.state_dir)
         )
         try:
-            renderer, self._backend = load_model(self.model)
+            renderer, self._backend = load_model(self.model, self.state_dir)
             try:
                 run = await ledger.get_run(PLAYGROUND_RUN)
             except NotFound:
@@ -243,13 +257,12 @@ async def run_gateway(
 
     Unlike the playground it opens no seat: keys come from seat claims made by runners.
     """
-    from rollout.inference.factory import load_model
     from rollout.ledger import Ledger
 
-    root = str(state_dir or os.environ.get("ROLLOUT_STATE_DIR") or ".rollout")
-    ledger = await Ledger.connect(database_url, state_dir=root)
+    root = Path(state_dir or os.environ.get("ROLLOUT_STATE_DIR") or ".rollout")
+    ledger = await Ledger.connect(database_url, state_dir=str(root))
     try:
-        renderer, backend = load_model(model)
+        renderer, backend = load_model(model, root)
         try:
             app = create_app(ledger, renderer, backend, model_name=model, admission=admission)
             async with GatewayServer(app, host=host, port=port) as server:
