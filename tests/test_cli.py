@@ -33,7 +33,9 @@ def rollout(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, s
     return code, out, err
 
 
-def test_run_records_an_episode_that_episodes_show_prints(capsys: pytest.CaptureFixture[str]) -> None:
+def test_run_records_an_episode_that_episodes_show_prints(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     code, out, _ = rollout(capsys, "run", "arithmetic.environment:environment", "--json")
     assert code == 0
     outcome = json.loads(out)
@@ -130,7 +132,7 @@ def test_model_init_writes_a_hugging_face_folder(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     out_dir = tmp_path / "tiny"
-    code, out, _ = rollout(
+    code, _, _ = rollout(
         capsys, "model", "init", "tiny", "--out", str(out_dir), "--hidden", "32", "--layers", "1"
     )
     assert code == 0

@@ -100,7 +100,8 @@ def env_check(
             if seat.result is not None:
                 console.print(
                     f"  agent {seat.agent}: ended after {seat.result.turns} turn(s), "
-                    f"reward {seat.result.reward:g}" + (" (truncated)" if seat.result.truncated else "")
+                    f"reward {seat.result.reward:g}"
+                    + (" (truncated)" if seat.result.truncated else "")
                 )
         for problem in report.problems:
             console.print(f"[red]problem:[/] {problem}")
@@ -112,7 +113,6 @@ def env_check(
         console.print("[green]ok[/]" if report.ok else "[red]failed[/]")
     if not report.ok:
         raise typer.Exit(1)
-
 
 
 # ---------------------------------------------------------------------------------------------
@@ -345,9 +345,7 @@ def model_init(
 def _role_logging() -> None:
     import logging
 
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s"
-    )
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
 
 def _serve_role(role: Any) -> None:

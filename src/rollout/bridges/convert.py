@@ -53,9 +53,11 @@ def convert_checkpoint(blobs: BlobStore, checkpoint_uri: str, backend: str) -> s
         shards = sorted(source.glob("model-*.safetensors"))
         for shard in shards:
             shutil.copy2(shard, out / shard.name)
-        if not (out / "model.safetensors").exists() and not shards and not (
-            out / "adapter_model.safetensors"
-        ).exists():
+        if (
+            not (out / "model.safetensors").exists()
+            and not shards
+            and not (out / "adapter_model.safetensors").exists()
+        ):
             raise RolloutError(f"checkpoint {checkpoint_uri} has no model or adapter weights")
         blobs.put_dir(out, target)
     return target

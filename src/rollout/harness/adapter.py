@@ -15,6 +15,8 @@ from typing import Any
 import gymnasium as gym
 from rolloutlib import AsyncEnv, Env, as_async
 from rolloutlib.graders import Score
+from rolloutlib.spaces.messages import ChatSpace
+from rolloutlib.spaces.text import TextSpace
 
 from rollout.contracts import Message
 from rollout.harness.core import End, Environment, Observation, RunContext, Task
@@ -28,8 +30,17 @@ def is_rolloutlib_env_factory(value: object) -> bool:
     return inspect.isclass(value) and issubclass(value, (gym.Env, AsyncEnv))
 
 
-def _wants_chat_action(space: gym.Space[Any]) -> bool:
-    return not isinstance(space, gym.spaces.Text) and "message" in type(space).__name__.lower()
+def _action_kind(space: gym.Space[Any], env: object) -> str:
+    """'text' or 'chat': how a model reply becomes this environment's action."""
+    if isinstance(space, (gym.spaces.Text, TextSpace)):
+        return "text"
+    if isinstance(space, ChatSpace):
+        return "chat"
+    raise TaskError(
+        f"{type(env).__name__}.action_space is {space!r}: only text spaces "
+        f"(rolloutlib.spaces.text.text, gymnasium Text) and chat-message spaces "
+        f"(rolloutlib.spaces.messages.chat) can be played by a language model"
+    )
 
 
 def _observation_messages(observation: Any) -> list[Message]:
@@ -62,7 +73,7 @@ def rolloutlib_environment(
             env = make_env(**task_parameters) if takes_parameters else make_env()
             if not isinstance(env, (Env, gym.Env, AsyncEnv)):
                 raise TaskError(f"{make_env!r} returned {type(env).__name__}, not an Env")
-            self.chat_actions = _wants_chat_action(env.action_space)
+            self.action_kind = _action_kind(env.action_space, env)
             self.env = as_async(env)
             self.total_reward = 0.0
             self.seen: list[Message] = []
@@ -73,21 +84,22 @@ def rolloutlib_environment(
             return Observation(self.seen)
 
         async def respond(self, run: RunContext, reply: Message) -> Observation:
-            action: Any = (
-                {"role": "assistant", "content": reply.text} if self.chat_actions else reply.text
-            )
+            action: Any = reply.text
+            if self.action_kind == "chat":
+                action = [{"role": "assistant", "content": reply.text}]
             observation, reward, terminated, truncated, info = await self.env.step(action)
             self.total_reward += float(reward)
             if terminated or truncated:
                 score = Score.from_info(info, default=Score(self.total_reward))
                 return End(reward=score, metrics={"truncated": float(bool(truncated))})
             messages = _observation_messages(observation)
-            # Chat environments often return the whole conversation: add only what is new.
-            if messages[: len(self.seen)] == self.seen:
+            is_conversation = isinstance(observation, Sequence) and not isinstance(observation, str)
+            if is_conversation and messages[: len(self.seen)] == self.seen:
+                # Chat environments return the whole conversation: add only what is new.
                 new = messages[len(self.seen) :]
+                self.seen = messages
             else:
                 new = messages
-            self.seen = messages
             return Observation([m for m in new if m.role != "assistant"])
 
         async def close(self, run: RunContext) -> None:

@@ -58,7 +58,9 @@ class CheckReport:
         }
 
 
-async def check_environment(environment: Environment, complete: Complete, seed: int = 0) -> CheckReport:
+async def check_environment(
+    environment: Environment, complete: Complete, seed: int = 0
+) -> CheckReport:
     """Play one episode (every seat concurrently) and collect contract problems."""
     report = CheckReport(environment=environment.name)
     try:

@@ -143,7 +143,9 @@ class Environment:
 
     def __post_init__(self) -> None:
         if not isinstance(self.task, type) or not issubclass(self.task, Task):
-            raise TypeError(f"Environment {self.name!r}: task must be a Task subclass, got {self.task!r}")
+            raise TypeError(
+                f"Environment {self.name!r}: task must be a Task subclass, got {self.task!r}"
+            )
         if self.agents < 1:
             raise ValueError(f"Environment {self.name!r}: agents must be >= 1, got {self.agents}")
         if self.group_size < 1:

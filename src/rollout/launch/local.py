@@ -164,7 +164,9 @@ class LocalSupervisor:
             inference_url, gateway_url = await self._run_urls(run.run_id)
             self._ensure(
                 f"inference-{run.name}",
-                role_argv("inference", "--run", run.run_id, "--port", inference_url.rsplit(":", 1)[1]),
+                role_argv(
+                    "inference", "--run", run.run_id, "--port", inference_url.rsplit(":", 1)[1]
+                ),
             )
             self._ensure(
                 f"gateway-{run.name}",

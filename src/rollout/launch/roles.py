@@ -32,7 +32,9 @@ async def inference(stop: asyncio.Event, *, run: str, host: str, port: int) -> N
         record = await ledger.get_run(run)
         model_dir = Path(record.config["model_path"])
         backend = LocalBackend(model_dir, device=record.config.get("device", "cpu"))
-        server = AppServer(create_inference_app(backend, model=str(model_dir)), host=host, port=port)
+        server = AppServer(
+            create_inference_app(backend, model=str(model_dir)), host=host, port=port
+        )
         await server.start()
         log.info("inference for %s at %s", record.run_id, server.url)
         follower = ServingFollower(
@@ -144,8 +146,8 @@ async def supervise(stop: asyncio.Event, *, runs: list[str] | None, until_finish
     url = await asyncio.to_thread(database_url, str(state_dir()))
     ledger = await Ledger.connect(url)
     try:
-        await LocalSupervisor(ledger, url, state_dir(), runs=runs, until_finished=until_finished).run(
-            stop
-        )
+        await LocalSupervisor(
+            ledger, url, state_dir(), runs=runs, until_finished=until_finished
+        ).run(stop)
     finally:
         await ledger.close()

@@ -17,8 +17,7 @@ from rollout.harness.loading import load_environment
 from rollout.inference.factory import load_model
 from rollout.launch.http import AppServer
 from rollout.launch.state import state_dir
-from rollout.ledger import Ledger
-from rollout.ledger import EpisodeSpec
+from rollout.ledger import EpisodeSpec, Ledger
 from rollout.runners.runner import Runner
 
 

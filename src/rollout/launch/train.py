@@ -96,8 +96,7 @@ async def poll_progress(database_url: str, run_id: str) -> tuple[list[dict[str, 
         steps = await ledger.train_steps(run_id)
         settings = await ledger.settings(run_id)
         return [
-            {"step": s.step, "metrics": dict(s.metrics), "created_at": s.created_at}
-            for s in steps
+            {"step": s.step, "metrics": dict(s.metrics), "created_at": s.created_at} for s in steps
         ], bool(settings.get("finished"))
     finally:
         await ledger.close()
@@ -218,7 +217,9 @@ def _watch(
             if rl:
                 last = rl[-1]["metrics"]
                 recent = rl[-5:]
-                window = recent[-1]["created_at"] - recent[0]["created_at"] if len(recent) > 1 else 0
+                window = (
+                    recent[-1]["created_at"] - recent[0]["created_at"] if len(recent) > 1 else 0
+                )
                 episodes = sum(s["metrics"].get("episodes", 0.0) for s in recent[1:])
                 rate = episodes / window if window > 0 else 0.0
                 status = (

@@ -5,8 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rollout.contracts import Turn
-from rollout.ledger import Ledger
-from rollout.ledger import EpisodeRecord
+from rollout.ledger import EpisodeRecord, Ledger
 
 
 def turn_json(turn: Turn) -> dict[str, Any]:

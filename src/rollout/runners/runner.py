@@ -20,8 +20,7 @@ from rollout.contracts import Message, ToolSpec
 from rollout.harness.core import Environment, RunContext
 from rollout.harness.errors import RolloutError, TaskError
 from rollout.harness.loading import load_environment
-from rollout.ledger import Ledger, StaleFence
-from rollout.ledger import SeatClaim
+from rollout.ledger import Ledger, SeatClaim, StaleFence
 from rollout.runners.client import GatewayClient
 from rollout.runners.episode import SeatResult, make_task, play_seat
 

@@ -62,7 +62,9 @@ class RunConfig(BaseModel):
 
     name: str = "custom"
     description: str = ""
-    model: ModelSource = Field(default_factory=lambda: ModelSource(init=ModelInit.model_validate({})))
+    model: ModelSource = Field(
+        default_factory=lambda: ModelSource(init=ModelInit.model_validate({}))
+    )
     backend: Literal["local", "vllm"] = "local"
     provider: Literal["torch", "tinker"] = "torch"
     device: str = "cpu"
@@ -72,7 +74,9 @@ class RunConfig(BaseModel):
     groups_per_step: int = Field(16, ge=1)
     learning_rate: float = Field(1e-3, gt=0)
     max_lag: int = Field(1, ge=0)
-    importance: ImportanceConfig = Field(default_factory=lambda: ImportanceConfig.model_validate({}))
+    importance: ImportanceConfig = Field(
+        default_factory=lambda: ImportanceConfig.model_validate({})
+    )
     temperature: float = Field(1.0, gt=0)
     max_tokens: int | None = Field(None, ge=1)
     normalize_advantages: bool = True
@@ -89,7 +93,9 @@ def presets_dir() -> Path:
     packaged = Path(__file__).resolve().parent.parent / "presets"
     if packaged.is_dir():
         return packaged
-    return Path(__file__).resolve().parents[3] / "deploy" / "chart" / "rollout" / "files" / "presets"
+    return (
+        Path(__file__).resolve().parents[3] / "deploy" / "chart" / "rollout" / "files" / "presets"
+    )
 
 
 def load_preset(name_or_path: str) -> RunConfig:
@@ -117,7 +123,8 @@ def parse_config(data: Any, *, source: str) -> RunConfig:
         return RunConfig.model_validate(data)
     except ValidationError as error:
         problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']} (got {json.dumps(e.get('input'), default=str)[:80]})"
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']} "
+            f"(got {json.dumps(e.get('input'), default=str)[:80]})"
             for e in error.errors()
         )
         raise RolloutError(f"{source}: invalid preset: {problems}") from None

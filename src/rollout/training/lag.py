@@ -10,7 +10,6 @@ forward after acknowledging, a turn admitted here never samples from a version b
 
 from __future__ import annotations
 
-import asyncio
 import time
 from dataclasses import dataclass
 
@@ -45,7 +44,7 @@ class LagGate:
         serving = min(acks.values()) if acks else None
         return newest, serving, max_lag
 
-    async def admit(self, timeout: float | None = None) -> Admission:
+    async def admit(self, timeout: float | None = None) -> Admission:  # noqa: ASYNC109
         began = time.monotonic()
         while True:
             newest, serving, max_lag = await self.state()

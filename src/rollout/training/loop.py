@@ -26,14 +26,12 @@ import socket
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 from rollout.blobs import BlobStore
 from rollout.contracts import Turn
 from rollout.harness.core import Environment
 from rollout.harness.loading import load_environment
-from rollout.ledger import Ledger
-from rollout.ledger import CheckpointRecord, EpisodeSpec, GroupRecord, Lease, ServingRecord
+from rollout.ledger import CheckpointRecord, EpisodeSpec, GroupRecord, Lease, Ledger, ServingRecord
 from rollout.training.advantages import AdvantageConfig, seat_advantages
 from rollout.training.config import RunConfig
 from rollout.training.importance import ImportanceConfig
@@ -326,4 +324,3 @@ class Trainer:
             if await self._publish_serving(await self._renew()):
                 return
             await self.ledger.wait("conversions", 1.0, run_id=self.run_id)
-
