@@ -224,12 +224,15 @@ async def test_a_completion_never_mixes_versions(
     try:
         params = SamplingParams(max_tokens=24, stop_token_ids=[-1])
         first = [asyncio.create_task(backend.sample(p, params)) for p in prompts]
-        await asyncio.sleep(0.05)  # the first batch is decoding
+        await asyncio.sleep(0.05)  # the first requests are queued or decoding
         swap = asyncio.create_task(backend.load_weights(other_dir, version=1))
+        # Sent while the swap is in flight: either version may serve them, never both.
         second = [asyncio.create_task(backend.sample(p, params)) for p in prompts]
         await swap
+        later = await backend.sample(prompts[0], params)
         results = await asyncio.gather(*first, *second)
-        assert {c.version for c in results[4:]} == {1}
+        assert {c.version for c in results[:4]} == {0}
+        assert later.version == 1
         for prompt, completion in zip(prompts * 2, results, strict=True):
             # Scored by the weights of its own version only, every token matches.
             scored = await scorers[completion.version].score(prompt, list(completion.tokens))
@@ -283,7 +286,7 @@ async def test_requests_join_a_running_batch_and_leave_when_done(
     backend: LocalBackend, renderer: HFRenderer
 ) -> None:
     prompts = _prompts(renderer, 5)
-    long = SamplingParams(max_tokens=150, stop_token_ids=[-1], seed=1)
+    long = SamplingParams(max_tokens=400, stop_token_ids=[-1], seed=1)
     short = SamplingParams(max_tokens=5, stop_token_ids=[-1], seed=2)
     running = [asyncio.create_task(backend.sample(p, long)) for p in prompts[:2]]
     await asyncio.sleep(0.1)  # the long batch is decoding
