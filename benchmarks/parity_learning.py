@@ -131,6 +131,7 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
     rewards: list[float] = []
     t_hit: float | None = None
     step_hit: int | None = None
+    cpu_hit: float | None = None
     metrics: dict[str, float] = {}
     for step in range(args.max_steps):
         version = provider.step
@@ -188,7 +189,7 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
                 flush=True,
             )
         if t_hit is None and reward >= args.target:
-            t_hit, step_hit = elapsed, step + 1
+            t_hit, step_hit, cpu_hit = elapsed, step + 1, time.process_time()
             if not args.keep_going:
                 break
     return {
@@ -201,6 +202,7 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
         "drop_zero": args.drop_zero,
         "seconds_to_target": t_hit,
         "steps_to_target": step_hit,
+        "cpu_seconds_to_target": cpu_hit,
         "ready_s": ready,
         "warmup_s": warmup_s,
         "final_reward": rewards[-1] if rewards else None,
@@ -235,6 +237,7 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads per run")
     parser.add_argument("--quiet", action="store_true")
+    parser.add_argument("--json", default=None, help="also write the results to this file")
     args = parser.parse_args()
 
     if args.single_seed is not None:
@@ -262,19 +265,30 @@ def main() -> None:
         f"lr={args.lr} target={args.target} reset_optimizer={args.reset_optimizer} "
         f"drop_zero={args.drop_zero}"
     )
-    print("seed  s_to_target  steps  ready_s  warmup_s  best")
+    print("seed  s_to_target  cpu_s  steps  ready_s  warmup_s  best")
     for r in results:
-        s = r["seconds_to_target"]
+        s, c = r["seconds_to_target"], r["cpu_seconds_to_target"]
         print(
             f"{r['seed']:4d}  {'   -   ' if s is None else f'{s:7.1f}'}      "
+            f"{'  -  ' if c is None else f'{c:5.1f}'}  "
             f"{r['steps_to_target'] or '-':>5}  {r['ready_s']:7.1f}  {r['warmup_s']:8.1f}  "
             f"{r['best_reward']:.3f}"
         )
     hits = [r["seconds_to_target"] for r in results if r["seconds_to_target"] is not None]
+    cpu = [r["cpu_seconds_to_target"] for r in results if r["cpu_seconds_to_target"] is not None]
+    steps = [r["steps_to_target"] for r in results if r["steps_to_target"] is not None]
     print(
         f"reached {args.target} in {len(hits)}/{len(results)} runs"
-        + (f"; median {statistics.median(hits):.1f}s, max {max(hits):.1f}s" if hits else "")
+        + (
+            f"; wall median {statistics.median(hits):.1f}s (max {max(hits):.1f}s), "
+            f"CPU median {statistics.median(cpu):.1f}s, steps median {statistics.median(steps)}"
+            if hits
+            else ""
+        )
     )
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"args": vars(args), "results": results}, f, indent=2)
 
 
 if __name__ == "__main__":

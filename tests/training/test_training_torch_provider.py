@@ -235,6 +235,23 @@ def test_micro_batches_accumulate_to_the_same_step(
     assert whole.optim_step()["grad_norm"] == pytest.approx(split.optim_step()["grad_norm"], 1e-5)
 
 
+@pytest.mark.parametrize("lora_rank", [None, 4])
+def test_gradient_checkpointing_gives_the_same_gradients(
+    tiny_model_dir: Path, ids: dict[str, int], lora_rank: int | None
+) -> None:
+    plain, segments = trained_pair(tiny_model_dir, ids, lora_rank=lora_rank)
+    checkpointed = TorchProvider(
+        tiny_model_dir, lr=1e-2, lora_rank=lora_rank, gradient_checkpointing=True
+    )
+    batch = TrainBatch(tuple(segments))
+    assert checkpointed.forward_backward(batch).metrics["loss"] == pytest.approx(
+        plain.forward_backward(batch).metrics["loss"], rel=1e-6
+    )
+    for a, b in zip(plain.params, checkpointed.params, strict=True):
+        assert a.grad is not None and b.grad is not None
+        assert torch.allclose(a.grad, b.grad, rtol=1e-4, atol=1e-7)
+
+
 def test_forward_backward_reports_importance_and_lag(
     tiny_model_dir: Path, ids: dict[str, int]
 ) -> None:

@@ -173,6 +173,8 @@ class TorchProvider:
         micro_batch_tokens: Padded tokens per forward pass (None: the whole batch at once).
         seed: Seeds torch before the adapters are initialised.
         compute_entropy: Report the mean policy entropy of trained tokens.
+        gradient_checkpointing: Recompute activations in the backward pass (less memory for
+            long sequences, about a third more compute).
     """
 
     def __init__(
@@ -194,6 +196,7 @@ class TorchProvider:
         micro_batch_tokens: int | None = None,
         seed: int = 0,
         compute_entropy: bool = True,
+        gradient_checkpointing: bool = False,
     ) -> None:
         self.model_dir = Path(model_dir)
         if not (self.model_dir / "config.json").is_file():
@@ -220,6 +223,10 @@ class TorchProvider:
         torch.manual_seed(seed)
         base = AutoModelForCausalLM.from_pretrained(str(self.model_dir), dtype=self.dtype)
         base.config.use_cache = False
+        if gradient_checkpointing:
+            base.gradient_checkpointing_enable(
+                gradient_checkpointing_kwargs={"use_reentrant": False}
+            )
         self.pad_token_id = self._pad_token_id(base)
         self._lora_config: dict[str, Any] = {}
         if lora_rank is None:
