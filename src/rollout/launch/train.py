@@ -37,12 +37,13 @@ def resolve_model(config: RunConfig, override: str | None) -> Path:
         if not (path / "config.json").is_file():
             from rollout.models import init_model
 
-            sizes = {} if init.vocab_size is None else {"vocab_size": init.vocab_size}
+            from rollout.models.tiny import DEFAULT_VOCAB_SIZE
+
             init_model(
                 path,
                 name=f"tiny-{init.arch}",
                 alphabet=init.alphabet,
-                **sizes,
+                vocab_size=init.vocab_size or DEFAULT_VOCAB_SIZE,
                 arch=init.arch,
                 hidden=init.hidden,
                 layers=init.layers,
