@@ -300,3 +300,15 @@ async def test_requests_join_a_running_batch_and_leave_when_done(
     # Seeded: the same tokens as when sampled alone.
     alone = await backend.sample(prompts[3], short)
     assert alone.tokens == joined[1].tokens
+
+
+async def test_dtype_by_name(model_dir: Path) -> None:
+    with pytest.raises(BackendError, match="dtype"):
+        LocalBackend(model_dir, dtype="float99")
+    backend = LocalBackend(model_dir, dtype="bfloat16", threads=1)
+    try:
+        completion = await backend.sample([1, 2, 3], NO_STOP.model_copy(update={"max_tokens": 3}))
+        assert len(completion.tokens) == 3
+        assert next(backend.model.parameters()).dtype == torch.bfloat16
+    finally:
+        await backend.close()

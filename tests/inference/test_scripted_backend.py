@@ -107,3 +107,11 @@ def test_from_model_dir(tmp_path: Path) -> None:
     folder = init_model(tmp_path / "m", hidden=32, heads=2, kv_heads=1, vocab_size=300)
     backend = ScriptedBackend.from_model_dir(folder)
     assert backend.renderer.stop_token_ids
+
+
+async def test_bad_prompt_tokens_name_the_field(renderer: HFRenderer) -> None:
+    backend = ScriptedBackend(renderer)
+    with pytest.raises(BackendError, match="prompt_tokens"):
+        await backend.sample([], SamplingParams())
+    with pytest.raises(BackendError, match="prompt_tokens"):
+        await backend.sample([-3], SamplingParams())

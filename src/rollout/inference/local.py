@@ -97,7 +97,7 @@ class LocalBackend:
     Args:
         model_dir: A local Hugging Face model folder (config, weights, optionally tokenizer).
         device: Torch device (`cpu`, `cuda`, `cuda:1`, ...).
-        dtype: Weight and compute dtype.
+        dtype: Weight and compute dtype (a `torch.dtype` or its name, e.g. "bfloat16").
         max_batch: The most requests decoded together.
         version: The checkpoint version of the weights in `model_dir`.
         batch_window: Seconds the worker waits for more requests after the first one arrives,
@@ -118,7 +118,7 @@ class LocalBackend:
         model_dir: str | os.PathLike[str],
         *,
         device: str | torch.device = "cpu",
-        dtype: torch.dtype = torch.float32,
+        dtype: torch.dtype | str = torch.float32,
         max_batch: int = 16,
         version: int = 0,
         batch_window: float = 0.005,
@@ -136,6 +136,11 @@ class LocalBackend:
         if not (self.model_dir / "config.json").is_file():
             raise BackendError(f"model_dir {str(model_dir)!r} has no config.json")
         self.device = torch.device(device)
+        if isinstance(dtype, str):
+            resolved = getattr(torch, dtype, None)
+            if not isinstance(resolved, torch.dtype):
+                raise BackendError(f"dtype must name a torch dtype, got {dtype!r}")
+            dtype = resolved
         self.dtype = dtype
         self.max_batch = max_batch
         self.batch_window = batch_window
@@ -174,7 +179,14 @@ class LocalBackend:
         return self._version
 
     async def sample(self, prompt_tokens: list[int], params: SamplingParams) -> Completion:
-        """Sample one completion of `prompt_tokens`; batched with concurrent calls."""
+        """Sample one completion of `prompt_tokens`; batched with concurrent calls.
+
+        Generation stops after a token in `params.stop_token_ids` (default, when empty: the
+        model's eos ids from `generation_config.json` / `config.json`), after a stop string
+        appears in the decoded completion (the completion keeps the token that completed it),
+        at `max_tokens`, or at the model's context length. `stop_reason` is `stop` for a stop
+        token or string and `length` otherwise.
+        """
         prompt = self._check_prompt(prompt_tokens)
         if params.stop and self.tokenizer is None:
             raise BackendError(f"stop strings {params.stop!r} need a tokenizer in model_dir")
@@ -348,6 +360,8 @@ class LocalBackend:
         chosen = self._choose(group.requests, logits)
         keep: list[int] = []
         for row, request in enumerate(group.requests):
+            if request.future.cancelled():
+                continue  # nobody is waiting: stop spending compute on it
             if self._done(request, chosen[row]):
                 self._complete(request, version)
             else:

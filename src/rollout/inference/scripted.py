@@ -122,6 +122,11 @@ class ScriptedBackend:
 
     async def sample(self, prompt_tokens: list[int], params: SamplingParams) -> Completion:
         """The script's reply to the prompt, then the stop token, cut to `max_tokens`."""
+        if not prompt_tokens:
+            raise BackendError("prompt_tokens must not be empty")
+        if any(not isinstance(t, int) or t < 0 for t in prompt_tokens):
+            bad = [t for t in prompt_tokens if not isinstance(t, int) or t < 0][:5]
+            raise BackendError(f"prompt_tokens must be non-negative token ids, got {bad}")
         self.calls += 1
         reply = self._reply(self.renderer.decode(prompt_tokens))
         if not isinstance(reply, str):
