@@ -8,12 +8,16 @@ state folder and stopped afterwards, unless --url or --state-dir is given), from
 process, in several ways:
 
 - `one_at_a_time`: `await ledger.record_turn(turn)` in a loop (one fenced statement each);
-- `concurrent_16`: the same from 16 tasks at once over a pool of 16 connections (a gateway);
+- `concurrent_16`: the same from 16 tasks at once, different seats (a gateway); concurrent
+  calls are batched into one statement by the ledger;
 - `batched_100` / `batched_500`: `await ledger.record_turns(batch)` (one transaction each);
 - `baseline_executemany`: the raw INSERT of the same rows, no fence and no NOTIFY, into a copy
   of the turns table, by `executemany` in one transaction (psycopg pipelines it);
 - `baseline_executemany_bytea`: the same with the token arrays packed as bytea (int32), to
-  compare the storage format.
+  compare the storage format;
+- `baseline_executemany_fast_arrays`: the same as int4[]/float8[] through the ledger's binary
+  array dumpers (what the ledger's own writes use);
+- `read_seat_turns`: reading a seat's turns back (the trainer's path).
 
 Each figure is turns per second of wall time and the client's CPU seconds per 1,000 turns; the
 ratio is against `baseline_executemany`. The goal is >= 5,000 turns/s from one client core.
@@ -42,6 +46,7 @@ from psycopg.types.json import Jsonb
 
 from rollout.contracts import Turn
 from rollout.ledger import EpisodeSpec, Ledger, SeatClaim
+from rollout.ledger.adapters import Float8s, Int4s, register_dumpers
 from rollout.ledger.embedded import database_url, stop_embedded, with_database
 
 PROMPT_TOKENS = 200
@@ -93,8 +98,12 @@ async def timed(fn: Callable[[], Awaitable[Any]], turns: int) -> dict[str, float
     }
 
 
-def baseline_rows(turns: list[Turn], run_id: str, packed: bool) -> list[tuple[Any, ...]]:
+def baseline_rows(
+    turns: list[Turn], run_id: str, packed: bool, fast: bool = False
+) -> list[tuple[Any, ...]]:
     def tokens(values: tuple[int, ...]) -> Any:
+        if fast:
+            return Int4s(values)
         return struct.pack(f"<{len(values)}i", *values) if packed else list(values)
 
     return [
@@ -106,7 +115,7 @@ def baseline_rows(turns: list[Turn], run_id: str, packed: bool) -> list[tuple[An
             t.index,
             tokens(t.prompt_tokens),
             tokens(t.completion_tokens),
-            list(t.logprobs),
+            Float8s(t.logprobs) if fast else list(t.logprobs),
             t.version,
             t.stop_reason,
             t.extends_previous,
@@ -119,8 +128,10 @@ def baseline_rows(turns: list[Turn], run_id: str, packed: bool) -> list[tuple[An
     ]
 
 
-async def baseline(url: str, table: str, rows: list[tuple[Any, ...]]) -> None:
+async def baseline(url: str, table: str, rows: list[tuple[Any, ...]], fast: bool = False) -> None:
     async with await psycopg.AsyncConnection.connect(url) as conn:
+        if fast:
+            register_dumpers(conn)
         async with conn.transaction(), conn.cursor() as cursor:
             await cursor.executemany(
                 sql.SQL(
@@ -175,7 +186,8 @@ async def bench(url: str, total: int) -> dict[str, Any]:
 
         results["one_at_a_time"] = await timed(one_at_a_time, len(turns))
 
-        turns = next_turns(total)
+        # A gateway's concurrent requests come from different seats: interleave them.
+        turns = sorted(next_turns(total), key=lambda t: (t.index, t.episode_id))
 
         async def concurrent() -> None:
             queue = list(reversed(turns))
@@ -206,6 +218,11 @@ async def bench(url: str, total: int) -> dict[str, Any]:
         results["baseline_executemany_bytea"] = await timed(
             lambda: baseline(url, "turns_baseline_bytea", rows), len(rows)
         )
+        turns = next_turns(total)
+        rows = baseline_rows(turns, run.run_id, packed=False, fast=True)
+        results["baseline_executemany_fast_arrays"] = await timed(
+            lambda: baseline(url, "turns_baseline", rows, fast=True), len(rows)
+        )
 
         # Reading back: the trainer's path (complete groups load every turn of a seat).
         seat = claims[0]
@@ -230,7 +247,7 @@ async def bench(url: str, total: int) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.add_argument("--turns", type=int, default=4000, help="turns per measurement")
     parser.add_argument("--url", help="a Postgres server URL (default: a temporary embedded one)")

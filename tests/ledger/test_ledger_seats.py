@@ -196,3 +196,46 @@ async def test_end_seat_validates(ledger: Ledger, run: RunRecord) -> None:
 async def test_episode_not_found(ledger: Ledger) -> None:
     with pytest.raises(NotFound, match="'nope'"):
         await ledger.episode("nope")
+
+
+async def test_concurrent_record_turn_calls_each_get_their_own_answer(
+    ledger: Ledger, run: RunRecord
+) -> None:
+    await ledger.add_episodes(run.run_id, [EpisodeSpec(0, m, {}, m) for m in range(3)])
+    stale = await ledger.claim_seat("r", lease_seconds=0.05)
+    live = await ledger.claim_seat("r")
+    other = await ledger.claim_seat("r")
+    assert stale is not None and live is not None and other is not None
+    await asyncio.sleep(0.1)
+    assert await ledger.claim_seat("r2") is not None  # takes `stale` over
+    assert await ledger.record_turn(turn_for(other, 0))
+    calls = [
+        ledger.record_turn(turn_for(live, i)) for i in range(20)
+    ] + [
+        ledger.record_turn(turn_for(stale, 0)),  # fenced out
+        ledger.record_turn(turn_for(live, 99, agent=3)),  # no such seat
+        ledger.record_turn(turn_for(live, 50, prompt_tokens=(2**31,))),  # not an int32
+        ledger.record_turn(turn_for(other, 0)),  # recorded before
+        ledger.record_turn(turn_for(live, 0)),  # repeated within the batch
+    ]  # fmt: skip
+    results = await asyncio.gather(*calls, return_exceptions=True)
+    assert results[:20] == [True] * 20
+    assert isinstance(results[20], StaleFence)
+    assert isinstance(results[21], NotFound)
+    assert isinstance(results[22], InvalidInput) and "turn.prompt_tokens" in str(results[22])
+    assert results[23:] == [False, False]
+    assert len(await ledger.seat_turns(live.episode_id, 0, live.attempt)) == 20
+
+
+async def test_record_turns_is_all_or_nothing(ledger: Ledger, run: RunRecord) -> None:
+    await ledger.add_episodes(run.run_id, [EpisodeSpec(0, m, {}, m) for m in range(2)])
+    live = await ledger.claim_seat("r")
+    done = await ledger.claim_seat("r")
+    assert live is not None and done is not None
+    await ledger.end_seat(done, reward=0.0)
+    with pytest.raises(StaleFence, match="has ended"):
+        await ledger.record_turns([turn_for(live, 0), turn_for(done, 0)])
+    assert await ledger.seat_turns(live.episode_id, 0, live.attempt) == []
+    big = [turn_for(live, i) for i in range(1200)]  # several statements in one transaction
+    assert await ledger.record_turns(big) == [True] * 1200
+    assert len(await ledger.seat_turns(live.episode_id, 0, live.attempt)) == 1200

@@ -28,14 +28,13 @@ Example:
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import math
 import os
 import secrets
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import Any, LiteralString, cast
+from typing import Any, LiteralString
 
 from psycopg import AsyncConnection
 from psycopg import errors as pg_errors
@@ -43,7 +42,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from rollout.contracts import Turn
-from rollout.ledger.adapters import Float8s, Int4s, register_dumpers
+from rollout.ledger.adapters import register_dumpers
 from rollout.ledger.embedded import database_url
 from rollout.ledger.errors import InvalidInput, LeaseHeld, LedgerError, NotFound, StaleFence
 from rollout.ledger.migrate import apply_migrations
@@ -66,6 +65,7 @@ from rollout.ledger.records import (
     ServingRecord,
     TrainStepRecord,
 )
+from rollout.ledger.turns import Outcome, TurnWriter, validate_turn, write_turns
 
 __all__ = [
     "CHANNELS",
@@ -111,46 +111,6 @@ _EPISODE_COLUMNS: LiteralString = (
 _CHECKPOINT_COLUMNS: LiteralString = (
     "run_id, version, parent_version, uri, kind, extract(epoch FROM created_at)::float8, metadata"
 )
-
-# record_turn in one round trip: lock the seat row (FOR SHARE: a concurrent claim's UPDATE waits
-# for this statement's transaction), insert only if the attempt is the seat's latest and the seat
-# has not ended, and report what it saw so the caller can tell a duplicate from a stale write.
-_RECORD_TURN: LiteralString = """
-WITH seat AS (
-    SELECT run_id, attempt, done FROM seats
-    WHERE episode_id = %(episode_id)s AND agent = %(agent)s
-    FOR SHARE
-), ins AS (
-    INSERT INTO turns (run_id, episode_id, agent, attempt, turn_index, prompt_tokens,
-                       completion_tokens, logprobs, version, stop_reason, extends_previous,
-                       started_at, ended_at, temperature, request)
-    SELECT seat.run_id, %(episode_id)s, %(agent)s, %(attempt)s, %(index)s, %(prompt)s::int4[],
-           %(completion)s::int4[], %(logprobs)s::float8[], %(version)s, %(stop_reason)s,
-           %(extends)s, %(started_at)s, %(ended_at)s, %(temperature)s, %(request)s
-    FROM seat WHERE seat.attempt = %(attempt)s AND NOT seat.done
-    ON CONFLICT DO NOTHING
-    RETURNING 1
-)
-SELECT seat.attempt, seat.done, (SELECT count(*) FROM ins) FROM seat
-"""
-
-_INSERT_TURN_VALUES: LiteralString = (
-    "(%s, %s, %s, %s, %s, %s::int4[], %s::int4[], %s::float8[], %s, %s, %s, %s, %s, %s, %s)"
-)
-
-
-@functools.cache
-def _insert_turns_query(rows: int) -> LiteralString:
-    """A multi-row INSERT of `rows` turns (cached per size; one statement, one trigger)."""
-    values = ", ".join([_INSERT_TURN_VALUES] * rows)
-    return cast(
-        LiteralString,
-        "INSERT INTO turns (run_id, episode_id, agent, attempt, turn_index, prompt_tokens,"
-        " completion_tokens, logprobs, version, stop_reason, extends_previous, started_at,"
-        " ended_at, temperature, request) VALUES "
-        + values
-        + " ON CONFLICT DO NOTHING RETURNING episode_id, agent, attempt, turn_index",
-    )
 
 
 def _finite(field: str, value: Any) -> float:
@@ -232,38 +192,6 @@ def _run_from_row(row: Sequence[Any]) -> RunRecord:
     )
 
 
-def _validate_turn(turn: Turn) -> None:
-    if turn.index < 0:
-        raise InvalidInput(f"turn.index must be >= 0, got {turn.index!r}")
-    if turn.attempt < 1:
-        raise InvalidInput(f"turn.attempt must be >= 1 (a claimed attempt), got {turn.attempt!r}")
-    if len(turn.logprobs) != len(turn.completion_tokens):
-        raise InvalidInput(
-            f"turn.logprobs has {len(turn.logprobs)} values for "
-            f"{len(turn.completion_tokens)} completion tokens (episode {turn.episode_id!r}, "
-            f"agent {turn.agent}, index {turn.index})"
-        )
-
-
-def _turn_params(turn: Turn) -> dict[str, Any]:
-    return {
-        "episode_id": turn.episode_id,
-        "agent": turn.agent,
-        "attempt": turn.attempt,
-        "index": turn.index,
-        "prompt": Int4s(turn.prompt_tokens, "turn.prompt_tokens"),
-        "completion": Int4s(turn.completion_tokens, "turn.completion_tokens"),
-        "logprobs": Float8s(turn.logprobs, "turn.logprobs"),
-        "version": turn.version,
-        "stop_reason": turn.stop_reason,
-        "extends": turn.extends_previous,
-        "started_at": turn.started_at,
-        "ended_at": turn.ended_at,
-        "temperature": turn.temperature,
-        "request": _json("turn.request", turn.request),
-    }
-
-
 async def _configure(conn: AsyncConnection[Any]) -> None:
     register_dumpers(conn)
 
@@ -281,6 +209,7 @@ class Ledger:
         self.url = url
         """The database URL (give it to child processes as ROLLOUT_DATABASE_URL)."""
         self._listener = Listener(url)
+        self._writer = TurnWriter(self._write_turns)
 
     @classmethod
     async def connect(
@@ -320,6 +249,7 @@ class Ledger:
         return cls(pool, resolved)
 
     async def close(self) -> None:
+        await self._writer.close()
         await self._listener.close()
         await self._pool.close()
 
@@ -709,39 +639,20 @@ class Ledger:
     async def record_turn(self, turn: Turn) -> bool:
         """Fenced by attempt; idempotent on (episode, agent, attempt, index). True if new.
 
+        Concurrent calls are written together, one statement per batch (see `turns.py`); each
+        call still gets its own answer.
+
         Raises:
             StaleFence: the attempt was taken over, or the seat has ended (and this turn was not
                 recorded before).
             NotFound: no such seat.
         """
-        _validate_turn(turn)
-        async with self._pool.connection() as conn:
-            cursor = await conn.execute(_RECORD_TURN, _turn_params(turn))
-            row = await cursor.fetchone()
-            if row is None:
-                raise NotFound(f"seat {turn.agent} of episode {turn.episode_id!r} not found")
-            latest, done, inserted = row
-            if inserted:
-                return True
-            if latest != turn.attempt:
-                raise StaleFence(
-                    f"attempt {turn.attempt} of seat {turn.agent} of episode "
-                    f"{turn.episode_id!r} was taken over by attempt {latest}"
-                )
-            if done and not await self._turn_exists(conn, turn):
-                raise StaleFence(
-                    f"seat {turn.agent} of episode {turn.episode_id!r} has ended; turn "
-                    f"{turn.index} was not recorded"
-                )
-            return False
+        validate_turn(turn)
+        return await self._writer.record(turn)
 
-    async def _turn_exists(self, conn: AsyncConnection[Any], turn: Turn) -> bool:
-        cursor = await conn.execute(
-            "SELECT 1 FROM turns WHERE episode_id = %s AND agent = %s AND attempt = %s"
-            " AND turn_index = %s",
-            (turn.episode_id, turn.agent, turn.attempt, turn.index),
-        )
-        return await cursor.fetchone() is not None
+    async def _write_turns(self, turns: Sequence[Turn]) -> list[Outcome]:
+        async with self._pool.connection() as conn:
+            return await write_turns(conn, turns)
 
     async def record_turns(self, turns: Sequence[Turn]) -> list[bool]:
         """Record many turns in one transaction; `[record_turn(t) for t in turns]`, batched.
@@ -755,70 +666,13 @@ class Ledger:
         if not turns:
             return []
         for turn in turns:
-            _validate_turn(turn)
-        seats = sorted({(t.episode_id, t.agent) for t in turns})
+            validate_turn(turn)
         async with self._pool.connection() as conn, conn.transaction():
-            # Lock the seat rows in a fixed order (no deadlocks between batches).
-            cursor = await conn.execute(
-                "SELECT s.episode_id, s.agent, s.attempt, s.done, s.run_id"
-                " FROM seats s JOIN unnest(%s::text[], %s::int4[]) AS k(episode_id, agent)"
-                "   ON s.episode_id = k.episode_id AND s.agent = k.agent"
-                " ORDER BY s.episode_id, s.agent FOR SHARE OF s",
-                ([s[0] for s in seats], [s[1] for s in seats]),
-            )
-            state = {(r[0], r[1]): (r[2], r[3], r[4]) for r in await cursor.fetchall()}
-            ended: list[Turn] = []
-            for turn in turns:
-                found = state.get((turn.episode_id, turn.agent))
-                if found is None:
-                    raise NotFound(f"seat {turn.agent} of episode {turn.episode_id!r} not found")
-                latest, done, _ = found
-                if latest != turn.attempt:
-                    raise StaleFence(
-                        f"attempt {turn.attempt} of seat {turn.agent} of episode "
-                        f"{turn.episode_id!r} was taken over by attempt {latest}"
-                    )
-                if done:
-                    ended.append(turn)
-            for turn in ended:  # only retries of turns recorded before the end are allowed
-                if not await self._turn_exists(conn, turn):
-                    raise StaleFence(
-                        f"seat {turn.agent} of episode {turn.episode_id!r} has ended; turn "
-                        f"{turn.index} was not recorded"
-                    )
-            results: dict[tuple[str, int, int, int], bool] = {}
-            chunk = 500
-            for start in range(0, len(turns), chunk):
-                part = turns[start : start + chunk]
-                params: list[Any] = []
-                for turn in part:
-                    params.extend(
-                        (
-                            state[(turn.episode_id, turn.agent)][2],
-                            turn.episode_id,
-                            turn.agent,
-                            turn.attempt,
-                            turn.index,
-                            Int4s(turn.prompt_tokens, "turn.prompt_tokens"),
-                            Int4s(turn.completion_tokens, "turn.completion_tokens"),
-                            Float8s(turn.logprobs, "turn.logprobs"),
-                            turn.version,
-                            turn.stop_reason,
-                            turn.extends_previous,
-                            turn.started_at,
-                            turn.ended_at,
-                            turn.temperature,
-                            _json("turn.request", turn.request),
-                        )
-                    )
-                cursor = await conn.execute(_insert_turns_query(len(part)), params)
-                for row in await cursor.fetchall():
-                    results[(row[0], row[1], row[2], row[3])] = True
-        out: list[bool] = []
-        for turn in turns:
-            key = (turn.episode_id, turn.agent, turn.attempt, turn.index)
-            out.append(results.pop(key, False))  # pop: a turn repeated in the batch is new once
-        return out
+            outcomes = await write_turns(conn, turns)
+            for outcome in outcomes:
+                if isinstance(outcome, LedgerError):
+                    raise outcome  # rolls the transaction back
+        return [bool(outcome) for outcome in outcomes]
 
     async def end_seat(
         self,

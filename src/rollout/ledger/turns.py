@@ -1,0 +1,252 @@
+"""Recording turns: one statement per batch, fenced per row, and a writer that batches
+concurrent `record_turn` calls.
+
+`write_turns` sends a batch as one statement: it locks the batch's seat rows FOR SHARE (so a
+concurrent claim of one of those seats waits for this statement's transaction), inserts the
+turns whose attempt is their seat's latest and whose seat has not ended, and reports per row
+what it saw, so each turn gets its own answer: True (new), False (recorded before), or an error
+(StaleFence, NotFound).
+
+`TurnWriter` gives single-turn calls the throughput of batches with no added latency: a call
+joins the pending batch; when fewer than `max_in_flight` batches are being written, the pending
+batch is written at once, and calls that arrive meanwhile form the next batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import json
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, LiteralString, cast
+
+from psycopg import AsyncConnection
+from psycopg.types.json import Jsonb
+
+from rollout.contracts import Turn
+from rollout.ledger.adapters import Float8s, Int4s
+from rollout.ledger.errors import InvalidInput, LedgerError, NotFound, StaleFence
+
+MAX_BATCH = 500
+
+_ROW: LiteralString = (
+    "(%s::int4, %s::text, %s::int4, %s::int4, %s::int4, %s::int4[], %s::int4[], %s::float8[],"
+    " %s::int4, %s::text, %s::bool, %s::float8, %s::float8, %s::float8, %s::jsonb)"
+)
+
+TurnKey = tuple[str, int, int, int]
+Outcome = bool | LedgerError
+
+
+def turn_key(turn: Turn) -> TurnKey:
+    return (turn.episode_id, turn.agent, turn.attempt, turn.index)
+
+
+@functools.cache
+def write_turns_query(rows: int) -> LiteralString:
+    """The statement for a batch of `rows` distinct turns (cached per size)."""
+    values = ", ".join([_ROW] * rows)
+    return cast(
+        LiteralString,
+        "WITH v (ord, episode_id, agent, attempt, turn_index, prompt_tokens, completion_tokens,"
+        " logprobs, version, stop_reason, extends_previous, started_at, ended_at, temperature,"
+        " request) AS (VALUES " + values + "),"
+        """
+        seat AS (
+            SELECT s.episode_id, s.agent, s.run_id, s.attempt, s.done FROM seats s
+            WHERE (s.episode_id, s.agent) IN (SELECT episode_id, agent FROM v)
+            FOR SHARE OF s
+        ), ins AS (
+            INSERT INTO turns (run_id, episode_id, agent, attempt, turn_index, prompt_tokens,
+                               completion_tokens, logprobs, version, stop_reason,
+                               extends_previous, started_at, ended_at, temperature, request)
+            SELECT seat.run_id, v.episode_id, v.agent, v.attempt, v.turn_index, v.prompt_tokens,
+                   v.completion_tokens, v.logprobs, v.version, v.stop_reason,
+                   v.extends_previous, v.started_at, v.ended_at, v.temperature, v.request
+            FROM v JOIN seat ON seat.episode_id = v.episode_id AND seat.agent = v.agent
+            WHERE seat.attempt = v.attempt AND NOT seat.done
+            ORDER BY v.ord
+            ON CONFLICT DO NOTHING
+            RETURNING episode_id, agent, attempt, turn_index
+        )
+        SELECT v.ord, seat.attempt, seat.done, ins.episode_id IS NOT NULL,
+               CASE WHEN seat.done AND ins.episode_id IS NULL THEN EXISTS (
+                   SELECT 1 FROM turns t
+                   WHERE t.episode_id = v.episode_id AND t.agent = v.agent
+                     AND t.attempt = v.attempt AND t.turn_index = v.turn_index) END
+        FROM v
+        LEFT JOIN seat ON seat.episode_id = v.episode_id AND seat.agent = v.agent
+        LEFT JOIN ins ON ins.episode_id = v.episode_id AND ins.agent = v.agent
+                     AND ins.attempt = v.attempt AND ins.turn_index = v.turn_index
+        """,
+    )
+
+
+def validate_turn(turn: Turn) -> None:
+    """Raise InvalidInput (naming the field) for a turn that cannot be recorded."""
+    if turn.index < 0:
+        raise InvalidInput(f"turn.index must be >= 0, got {turn.index!r}")
+    if turn.attempt < 1:
+        raise InvalidInput(f"turn.attempt must be >= 1 (a claimed attempt), got {turn.attempt!r}")
+    if len(turn.logprobs) != len(turn.completion_tokens):
+        raise InvalidInput(
+            f"turn.logprobs has {len(turn.logprobs)} values for "
+            f"{len(turn.completion_tokens)} completion tokens (episode {turn.episode_id!r}, "
+            f"agent {turn.agent}, index {turn.index})"
+        )
+
+
+def _request(turn: Turn) -> Jsonb:
+    try:
+        json.dumps(turn.request, allow_nan=False)
+    except (TypeError, ValueError) as error:
+        raise InvalidInput(f"turn.request must be JSON: {error}: {turn.request!r}") from None
+    return Jsonb(turn.request)
+
+
+def _outcome(turn: Turn, row: Sequence[Any] | None) -> Outcome:
+    if row is None or row[1] is None:
+        return NotFound(f"seat {turn.agent} of episode {turn.episode_id!r} not found")
+    _, latest, done, inserted, existed = row
+    if inserted:
+        return True
+    if latest != turn.attempt:
+        return StaleFence(
+            f"attempt {turn.attempt} of seat {turn.agent} of episode {turn.episode_id!r} was "
+            f"taken over by attempt {latest}"
+        )
+    if done and not existed:
+        return StaleFence(
+            f"seat {turn.agent} of episode {turn.episode_id!r} has ended; turn {turn.index} "
+            "was not recorded"
+        )
+    return False  # recorded before: a retry
+
+
+async def write_turns(conn: AsyncConnection[Any], turns: Sequence[Turn]) -> list[Outcome]:
+    """Write a batch (any size; split into statements of MAX_BATCH); one outcome per turn.
+
+    A turn repeated within the batch is written once; its repeats get False, or the first
+    one's error.
+    """
+    first: dict[TurnKey, int] = {}
+    unique: list[Turn] = []
+    for turn in turns:
+        key = turn_key(turn)
+        if key not in first:
+            first[key] = len(unique)
+            unique.append(turn)
+    outcomes: list[Outcome] = []
+    for start in range(0, len(unique), MAX_BATCH):
+        part = unique[start : start + MAX_BATCH]
+        params: list[Any] = []
+        for ord_, turn in enumerate(part):
+            params.extend(
+                (
+                    ord_,
+                    turn.episode_id,
+                    turn.agent,
+                    turn.attempt,
+                    turn.index,
+                    Int4s(turn.prompt_tokens, "turn.prompt_tokens"),
+                    Int4s(turn.completion_tokens, "turn.completion_tokens"),
+                    Float8s(turn.logprobs, "turn.logprobs"),
+                    turn.version,
+                    turn.stop_reason,
+                    turn.extends_previous,
+                    turn.started_at,
+                    turn.ended_at,
+                    turn.temperature,
+                    _request(turn),
+                )
+            )
+        cursor = await conn.execute(write_turns_query(len(part)), params)
+        rows = {row[0]: row for row in await cursor.fetchall()}
+        outcomes.extend(_outcome(turn, rows.get(i)) for i, turn in enumerate(part))
+    results: list[Outcome] = []
+    seen: set[TurnKey] = set()
+    for turn in turns:
+        key = turn_key(turn)
+        outcome = outcomes[first[key]]
+        if key in seen and outcome is True:
+            outcome = False
+        seen.add(key)
+        results.append(outcome)
+    return results
+
+
+class TurnWriter:
+    """Batches concurrent single-turn writes (see the module docstring)."""
+
+    def __init__(
+        self,
+        write: Callable[[Sequence[Turn]], Awaitable[list[Outcome]]],
+        *,
+        max_in_flight: int = 4,
+    ) -> None:
+        self._write = write
+        self._pending: list[tuple[Turn, asyncio.Future[Outcome]]] = []
+        self._in_flight = 0
+        self._max_in_flight = max_in_flight
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def record(self, turn: Turn) -> bool:
+        future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
+        self._pending.append((turn, future))
+        self._maybe_flush()
+        # The batch is written by its own task: a cancelled caller leaves it alone.
+        outcome = await future
+        assert isinstance(outcome, bool)
+        return outcome
+
+    def _maybe_flush(self) -> None:
+        if self._pending and self._in_flight < self._max_in_flight:
+            batch, self._pending = self._pending[:MAX_BATCH], self._pending[MAX_BATCH:]
+            self._in_flight += 1
+            task = asyncio.create_task(self._flush(batch))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _flush(self, batch: list[tuple[Turn, asyncio.Future[Outcome]]]) -> None:
+        try:
+            try:
+                outcomes: list[Outcome | BaseException] = list(
+                    await self._write([turn for turn, _ in batch])
+                )
+            except Exception as error:
+                if len(batch) == 1:
+                    outcomes = [error]
+                else:
+                    # One bad turn (say, a token id out of range) must not fail the others.
+                    outcomes = []
+                    for turn, _ in batch:
+                        try:
+                            outcomes.extend(await self._write([turn]))
+                        except Exception as single:
+                            outcomes.append(single)
+            for (_, future), outcome in zip(batch, outcomes, strict=True):
+                if future.done():
+                    continue
+                if isinstance(outcome, BaseException):
+                    future.set_exception(outcome)
+                else:
+                    future.set_result(outcome)
+        except BaseException as error:  # cancelled while closing: fail the waiters
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(LedgerError(f"turn not recorded: {error!r}"))
+            raise
+        finally:
+            self._in_flight -= 1
+            self._maybe_flush()
+
+    async def close(self) -> None:
+        """Wait for the batches being written."""
+        while self._tasks or self._pending:
+            tasks = list(self._tasks)
+            if not tasks:
+                self._maybe_flush()
+                continue
+            with contextlib.suppress(Exception):
+                await asyncio.gather(*tasks, return_exceptions=True)
