@@ -7,7 +7,10 @@
 - embedded.py: the private Postgres under `<state_dir>/postgres` (`database_url`).
 - migrate.py + migrations/*.sql: the schema, applied on start.
 - notify.py: the LISTEN connection behind `Ledger.wait`.
+- turns.py: batched, per-row fenced turn writes; adapters.py: fast binary array dumpers.
 """
+
+import os
 
 from rollout.ledger.api import Ledger, episode_id_for
 from rollout.ledger.embedded import database_url, state_dir, stop_embedded
@@ -56,14 +59,13 @@ __all__ = [
     "apply_migrations",
     "database_url",
     "episode_id_for",
+    "ledger_url",
     "state_dir",
     "stop_embedded",
 ]
 
 
-def ledger_url(path: str | None = None) -> str:
+def ledger_url(path: str | os.PathLike[str] | None = None) -> str:
     """The URL every process should use: ROLLOUT_DATABASE_URL, else the embedded server's
-    (started or reused under `path` / ROLLOUT_STATE_DIR / `.rollout`)."""
-    import os
-
+    (started or reused under `path`, else ROLLOUT_STATE_DIR, else `.rollout`)."""
     return os.environ.get("ROLLOUT_DATABASE_URL") or database_url(path)

@@ -8,13 +8,18 @@ nothing, when someone took over.
 
 Abstractions:
 
-- runs and their settings (`create_run`, `set_setting`, `settings`; 'paused' stops seat claims);
+- runs and their settings (`create_run`, `get_run`, `list_runs`, `set_setting`, `settings`,
+  `pause_run`/`resume_run`: 'paused' stops seat claims; `run_summary`, `episode_counts`);
 - episodes and seats (`add_episodes`; `claim_seat` hands one seat attempt and its API key to a
-  runner; `record_turn`/`record_turns` and `end_seat` are fenced by that attempt);
-- training (`acquire_lease`; `complete_groups`; `record_train_step` marks groups consumed and
-  records the checkpoint, fenced by the trainer's lease);
-- serving (`record_conversion`, `set_serving` (fenced), `serving`, `ack_serving`);
-- wake-ups (`wait` on a channel; polling is the fallback).
+  runner; `heartbeat`, `record_turn`/`record_turns` and `end_seat` are fenced by that attempt;
+  `resolve_key`; reads: `episode`, `list_episodes`, `seat_turns`, `last_turn`, `turns_for_run`);
+- leases (`acquire_lease`, `renew_lease`, `release_lease`, `lease`);
+- training (`complete_groups`; `record_train_step` marks groups consumed and records the step
+  and its checkpoint, fenced by the trainer's lease; `record_checkpoint`; `latest_checkpoint`,
+  `checkpoints`, `train_steps`);
+- serving (`record_conversion`, `conversions`, `set_serving` (fenced), `serving`,
+  `ack_serving`, `serving_acks`);
+- wake-ups (`wait` on channels from `CHANNELS`, `listen`, `notify`; polling is the fallback).
 
 Example:
     >>> async def demo() -> None:  # doctest: +SKIP
@@ -292,7 +297,9 @@ class Ledger:
                 if existing is None:
                     continue  # the random id collided; draw another
                 run = _run_from_row(existing)
-                if run.environment != environment or run.config != config:
+                if run.environment != environment or run.config != json.loads(
+                    json.dumps(config)  # compare as stored: tuples are lists in JSON
+                ):
                     raise LedgerError(
                         f"run name {name!r} is taken by run {run.run_id} with a different "
                         "environment or config; choose another name"
