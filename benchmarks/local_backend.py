@@ -7,7 +7,7 @@ runs requests one after another; batch N sends N at once and lets the backend ba
 ratio batch-N / batch-1 is the batching speed-up measured in the same run.
 
 Run: `uv run python benchmarks/local_backend.py` (options: --batch 16 --tokens 64 --rounds 3
---threads 1 (0: torch's default) --device cpu).
+--threads 0 (the backend's default: 1 for tiny models on CPU) --device cpu).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ async def main() -> None:
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=0)
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
     folder = init_model(tempfile.mkdtemp(prefix="bench-local-"), hidden=128, layers=2)
@@ -62,7 +62,7 @@ async def main() -> None:
         json.dumps(
             {
                 "device": args.device,
-                "threads": args.threads or torch.get_num_threads(),
+                "threads": backend.threads or torch.get_num_threads(),
                 "tokens_per_request": args.tokens,
                 "batch_1_tokens_per_s": round(one, 1),
                 f"batch_{args.batch}_tokens_per_s": round(many, 1),

@@ -52,6 +52,7 @@ from rollout.inference.base import BackendError
 log = logging.getLogger("rollout.inference.local")
 
 T = TypeVar("T")
+SMALL_MODEL_PARAMS = 50_000_000
 StopReason = Literal["stop", "length"]
 
 
@@ -103,9 +104,10 @@ class LocalBackend:
         batch_window: Seconds the worker waits for more requests after the first one arrives,
             so requests sent together are batched together.
         attn_implementation: Passed to `from_pretrained` (default: transformers' choice).
-        threads: CPU threads for the model's operations (`torch.set_num_threads`, set on the
-            worker thread). 1 is fastest for tiny models and on busy machines, where spinning
-            OpenMP threads fight over cores; default: torch's own choice.
+        threads: CPU threads for the model's operations (`torch.set_num_threads` on the worker
+            thread only; other threads keep theirs). Default on CPU: 1 for models under
+            `SMALL_MODEL_PARAMS` parameters, which run fastest single-threaded (and on a busy
+            machine spinning OpenMP threads slow them ~10x), else torch's default.
 
     Raises:
         BackendError: When the folder cannot be loaded or an argument is invalid.
@@ -147,6 +149,9 @@ class LocalBackend:
         self._attn = attn_implementation
         self.model: PreTrainedModel = self._load_base()
         self.model.to(self.device)  # pyright: ignore[reportArgumentType]
+        size = sum(p.numel() for p in self.model.parameters())
+        if threads is None and self.device.type == "cpu" and size < SMALL_MODEL_PARAMS:
+            self.threads = 1
         self.vocab_size = int(self.model.config.get_text_config().vocab_size)
         # transformers 5 renamed `past_key_values` to `cache`; accept both.
         parameters = inspect.signature(self.model.forward).parameters
