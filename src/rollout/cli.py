@@ -377,11 +377,52 @@ def inference_role(run: RunOption, port: PortOption = 0, host: HostOption = "127
 
 
 @app.command("gateway")
-def gateway_role(run: RunOption, port: PortOption = 0, host: HostOption = "127.0.0.1") -> None:
-    """Serve the OpenAI/Anthropic-compatible gateway for a run, recording every turn."""
-    from rollout.launch.roles import gateway
+def gateway_role(
+    run: Annotated[
+        str | None, typer.Option("--run", help="Serve this run's policy (its inference server).")
+    ] = None,
+    model: Annotated[
+        str | None, typer.Option("--model", help="Or serve a model in-process: scripted|PATH.")
+    ] = None,
+    port: PortOption = 0,
+    host: HostOption = "127.0.0.1",
+) -> None:
+    """Serve the OpenAI/Anthropic-compatible gateway, recording every turn.
 
-    _serve_role(lambda stop: gateway(stop, run=run, host=host, port=port))
+    With `--run`, sampling goes to the run's inference server and max_lag is enforced; with
+    `--model`, the model is served in-process. Keys come from seat claims either way.
+    """
+    if (run is None) == (model is None):
+        raise RolloutError("pass exactly one of --run RUN or --model scripted|PATH")
+    if run is not None:
+        from rollout.launch.roles import gateway
+
+        _serve_role(lambda stop: gateway(stop, run=run, host=host, port=port))
+        return
+    from rollout.gateway import run_gateway
+
+    assert model is not None
+    _serve_role(lambda stop: run_gateway(model, port=port or 8000, host=host, stop=stop))
+
+
+@app.command("playground")
+def playground(
+    model: ModelOption = "scripted",
+    port: Annotated[int, typer.Option("--port", help="Port on 127.0.0.1 (0: any free port).")] = 0,
+    host: HostOption = "127.0.0.1",
+) -> None:
+    """A model behind the gateway on loopback, with a key for Claude Code, Codex or the SDKs.
+
+    Prints the key and the environment variables to point each client at it. Everything it
+    serves is recorded under the `playground` run (`rollout episodes list playground`).
+    """
+    from rollout.gateway import run_playground
+
+    _serve_role(
+        lambda stop: run_playground(
+            model, port, host=host, stop=stop, echo=lambda text: console.print(text, markup=False)
+        )
+    )
 
 
 @app.command("trainer")
@@ -438,6 +479,10 @@ def train(
     cluster: Annotated[
         bool, typer.Option(help="Only create the run; the cluster's roles pick it up.")
     ] = False,
+    overrides: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="Override a preset field: KEY=VALUE (YAML value; repeatable)."),
+    ] = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Create a run and train it, showing live progress; ends with a summary."""
@@ -446,6 +491,7 @@ def train(
     summary = train_command(
         spec,
         preset=preset,
+        overrides=overrides or [],
         steps=steps,
         max_lag=max_lag,
         name=name,

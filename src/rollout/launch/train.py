@@ -22,7 +22,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rollout.harness.errors import RolloutError
 from rollout.harness.loading import load_environment
 from rollout.launch.state import models_dir, state_dir
-from rollout.training.config import RunConfig, load_preset
+from rollout.training.config import RunConfig, load_preset, parse_config
 
 
 def resolve_model(config: RunConfig, override: str | None) -> Path:
@@ -57,6 +57,31 @@ def resolve_model(config: RunConfig, override: str | None) -> Path:
     if not (path / "config.json").is_file():
         raise RolloutError(f"model folder {path} has no config.json")
     return path
+
+
+def apply_overrides(config: RunConfig, overrides: list[str]) -> RunConfig:
+    """Apply `KEY=VALUE` overrides (dotted keys for nested fields, YAML values)."""
+    import yaml
+
+    data = config.model_dump(mode="json")
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise RolloutError(f"--set expects KEY=VALUE, got {item!r}")
+        try:
+            value = yaml.safe_load(raw)
+        except yaml.YAMLError as error:
+            raise RolloutError(f"--set {key}: {raw!r} is not a YAML value: {error}") from None
+        target = data
+        *parents, leaf = key.split(".")
+        for parent in parents:
+            child = target.get(parent)
+            if not isinstance(child, dict):
+                child = {}
+                target[parent] = child
+            target = child
+        target[leaf] = value
+    return parse_config(data, source="--set")
 
 
 async def create_run(
@@ -133,10 +158,11 @@ def train_command(
     model: str | None,
     cluster: bool,
     console: Console,
+    overrides: list[str] | None = None,
 ) -> dict[str, Any]:
     began = time.time()
     load_environment(spec)  # fail fast on a bad environment, before anything starts
-    config = load_preset(preset)
+    config = apply_overrides(load_preset(preset), overrides or [])
     updates: dict[str, Any] = {}
     if steps is not None:
         updates["steps"] = steps

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from rollout.blobs import BlobStore
-from rollout.contracts import Turn
+from rollout.contracts import Message, Turn
 from rollout.harness.core import Environment
 from rollout.harness.loading import load_environment
 from rollout.ledger import CheckpointRecord, EpisodeSpec, GroupRecord, Lease, Ledger, ServingRecord
@@ -171,7 +171,12 @@ class Trainer:
             segments = []
             for _ in range(WARMUP_BATCH):
                 messages, answer = environment.warmup(rng)
-                prompt = renderer.render(list(messages))
+                conversation = list(messages)
+                if environment.system_prompt and (
+                    not conversation or conversation[0].role != "system"
+                ):  # render exactly as episodes will, system prompt included
+                    conversation.insert(0, Message.system(environment.system_prompt))
+                prompt = renderer.render(conversation)
                 segments.append(warmup_segment(prompt, [*renderer.encode(answer), *stop]))
             result = provider.forward_backward(
                 TrainBatch(tuple(segments), loss=LossConfig(kind="supervised"))
