@@ -86,7 +86,9 @@ def main() -> None:
         }
     ratio = results["sync"]["seconds"] / results["async"]["seconds"]
     report = {
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+        "machine": (
+            f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+        ),
         "results": results,
         "speedup_async_over_sync": ratio,
     }

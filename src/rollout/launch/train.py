@@ -36,7 +36,6 @@ def resolve_model(config: RunConfig, override: str | None) -> Path:
         path = models_dir() / f"{init.arch}-{init.key()}"
         if not (path / "config.json").is_file():
             from rollout.models import init_model
-
             from rollout.models.tiny import DEFAULT_VOCAB_SIZE
 
             init_model(
