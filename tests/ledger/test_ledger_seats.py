@@ -239,3 +239,25 @@ async def test_record_turns_is_all_or_nothing(ledger: Ledger, run: RunRecord) ->
     big = [turn_for(live, i) for i in range(1200)]  # several statements in one transaction
     assert await ledger.record_turns(big) == [True] * 1200
     assert len(await ledger.seat_turns(live.episode_id, 0, live.attempt)) == 1200
+
+
+async def test_empty_and_large_token_lists_round_trip(ledger: Ledger, run: RunRecord) -> None:
+    await ledger.add_episodes(run.run_id, [EpisodeSpec(0, 0, {}, 1)])
+    claim = await ledger.claim_seat("r")
+    assert claim is not None
+    turns = [
+        turn_for(claim, 0, completion_tokens=(), logprobs=()),
+        turn_for(claim, 1, prompt_tokens=(), completion_tokens=(5,), logprobs=(-0.5,)),
+        turn_for(
+            claim,
+            2,
+            prompt_tokens=tuple(range(9000)),
+            completion_tokens=(2**31 - 1, 0),
+            logprobs=(-1.0, -2.0),
+        ),
+    ]
+    assert await ledger.record_turns(turns) == [True, True, True]
+    stored = await ledger.seat_turns(claim.episode_id, 0, claim.attempt)
+    assert [t.prompt_tokens for t in stored] == [t.prompt_tokens for t in turns]
+    assert [t.completion_tokens for t in stored] == [t.completion_tokens for t in turns]
+    assert [t.logprobs for t in stored] == [t.logprobs for t in turns]

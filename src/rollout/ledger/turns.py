@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
+import itertools
 import json
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, LiteralString, cast
+from typing import Any, LiteralString
 
 from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
@@ -30,11 +30,6 @@ from rollout.ledger.errors import InvalidInput, LedgerError, NotFound, StaleFenc
 
 MAX_BATCH = 500
 
-_ROW: LiteralString = (
-    "(%s::int4, %s::text, %s::int4, %s::int4, %s::int4, %s::int4[], %s::int4[], %s::float8[],"
-    " %s::int4, %s::text, %s::bool, %s::float8, %s::float8, %s::float8, %s::jsonb)"
-)
-
 TurnKey = tuple[str, int, int, int]
 Outcome = bool | LedgerError
 
@@ -43,44 +38,87 @@ def turn_key(turn: Turn) -> TurnKey:
     return (turn.episode_id, turn.agent, turn.attempt, turn.index)
 
 
-@functools.cache
-def write_turns_query(rows: int) -> LiteralString:
-    """The statement for a batch of `rows` distinct turns (cached per size)."""
-    values = ", ".join([_ROW] * rows)
-    return cast(
-        LiteralString,
-        "WITH v (ord, episode_id, agent, attempt, turn_index, prompt_tokens, completion_tokens,"
-        " logprobs, version, stop_reason, extends_previous, started_at, ended_at, temperature,"
-        " request) AS (VALUES " + values + "),"
-        """
-        seat AS (
-            SELECT s.episode_id, s.agent, s.run_id, s.attempt, s.done FROM seats s
-            WHERE (s.episode_id, s.agent) IN (SELECT episode_id, agent FROM v)
-            FOR SHARE OF s
-        ), ins AS (
-            INSERT INTO turns (run_id, episode_id, agent, attempt, turn_index, prompt_tokens,
-                               completion_tokens, logprobs, version, stop_reason,
-                               extends_previous, started_at, ended_at, temperature, request)
-            SELECT seat.run_id, v.episode_id, v.agent, v.attempt, v.turn_index, v.prompt_tokens,
-                   v.completion_tokens, v.logprobs, v.version, v.stop_reason,
-                   v.extends_previous, v.started_at, v.ended_at, v.temperature, v.request
-            FROM v JOIN seat ON seat.episode_id = v.episode_id AND seat.agent = v.agent
-            WHERE seat.attempt = v.attempt AND NOT seat.done
-            ORDER BY v.ord
-            ON CONFLICT DO NOTHING
-            RETURNING episode_id, agent, attempt, turn_index
-        )
-        SELECT v.ord, seat.attempt, seat.done, ins.episode_id IS NOT NULL,
-               CASE WHEN seat.done AND ins.episode_id IS NULL THEN EXISTS (
-                   SELECT 1 FROM turns t
-                   WHERE t.episode_id = v.episode_id AND t.agent = v.agent
-                     AND t.attempt = v.attempt AND t.turn_index = v.turn_index) END
-        FROM v
-        LEFT JOIN seat ON seat.episode_id = v.episode_id AND seat.agent = v.agent
-        LEFT JOIN ins ON ins.episode_id = v.episode_id AND ins.agent = v.agent
-                     AND ins.attempt = v.attempt AND ins.turn_index = v.turn_index
-        """,
-    )
+# One statement for any batch size (prepared once): the batch arrives as parallel arrays, the
+# ragged token and logprob lists flattened into one array each with 1-based [start:end] bounds.
+WRITE_TURNS: LiteralString = """
+WITH v AS (
+    SELECT * FROM unnest(
+        %(episode_id)s::text[], %(agent)s::int4[], %(attempt)s::int4[], %(turn_index)s::int4[],
+        %(prompt_start)s::int4[], %(prompt_end)s::int4[], %(completion_start)s::int4[],
+        %(completion_end)s::int4[], %(version)s::int4[], %(stop_reason)s::text[],
+        %(extends_previous)s::bool[], %(started_at)s::float8[], %(ended_at)s::float8[],
+        %(temperature)s::float8[], %(request)s::jsonb[]
+    ) WITH ORDINALITY AS v(episode_id, agent, attempt, turn_index, prompt_start, prompt_end,
+                          completion_start, completion_end, version, stop_reason,
+                          extends_previous, started_at, ended_at, temperature, request, ord)
+), seat AS (
+    SELECT s.episode_id, s.agent, s.run_id, s.attempt, s.done FROM seats s
+    WHERE (s.episode_id, s.agent) IN (SELECT episode_id, agent FROM v)
+    FOR SHARE OF s
+), ins AS (
+    INSERT INTO turns (run_id, episode_id, agent, attempt, turn_index, prompt_tokens,
+                       completion_tokens, logprobs, version, stop_reason, extends_previous,
+                       started_at, ended_at, temperature, request)
+    SELECT seat.run_id, v.episode_id, v.agent, v.attempt, v.turn_index,
+           (%(prompt_tokens)s::int4[])[v.prompt_start:v.prompt_end],
+           (%(completion_tokens)s::int4[])[v.completion_start:v.completion_end],
+           (%(logprobs)s::float8[])[v.completion_start:v.completion_end],
+           v.version, v.stop_reason, v.extends_previous, v.started_at, v.ended_at,
+           v.temperature, v.request
+    FROM v JOIN seat ON seat.episode_id = v.episode_id AND seat.agent = v.agent
+    WHERE seat.attempt = v.attempt AND NOT seat.done
+    ORDER BY v.ord
+    ON CONFLICT DO NOTHING
+    RETURNING episode_id, agent, attempt, turn_index
+)
+SELECT v.ord, seat.attempt, seat.done, ins.episode_id IS NOT NULL,
+       CASE WHEN seat.done AND ins.episode_id IS NULL THEN EXISTS (
+           SELECT 1 FROM turns t
+           WHERE t.episode_id = v.episode_id AND t.agent = v.agent
+             AND t.attempt = v.attempt AND t.turn_index = v.turn_index) END
+FROM v
+LEFT JOIN seat ON seat.episode_id = v.episode_id AND seat.agent = v.agent
+LEFT JOIN ins ON ins.episode_id = v.episode_id AND ins.agent = v.agent
+             AND ins.attempt = v.attempt AND ins.turn_index = v.turn_index
+"""
+
+
+def _batch_params(turns: Sequence[Turn]) -> dict[str, Any]:
+    prompt_start: list[int] = []
+    prompt_end: list[int] = []
+    completion_start: list[int] = []
+    completion_end: list[int] = []
+    prompt_at = completion_at = 1
+    for turn in turns:
+        prompt_start.append(prompt_at)
+        prompt_at += len(turn.prompt_tokens)
+        prompt_end.append(prompt_at - 1)
+        completion_start.append(completion_at)
+        completion_at += len(turn.completion_tokens)
+        completion_end.append(completion_at - 1)
+    chain = itertools.chain.from_iterable
+    return {
+        "episode_id": [t.episode_id for t in turns],
+        "agent": [t.agent for t in turns],
+        "attempt": [t.attempt for t in turns],
+        "turn_index": [t.index for t in turns],
+        "prompt_start": prompt_start,
+        "prompt_end": prompt_end,
+        "completion_start": completion_start,
+        "completion_end": completion_end,
+        "version": [t.version for t in turns],
+        "stop_reason": [t.stop_reason for t in turns],
+        "extends_previous": [t.extends_previous for t in turns],
+        "started_at": [float(t.started_at) for t in turns],
+        "ended_at": [float(t.ended_at) for t in turns],
+        "temperature": [float(t.temperature) for t in turns],
+        "request": [_request(t) for t in turns],
+        "prompt_tokens": Int4s(list(chain(t.prompt_tokens for t in turns)), "turn.prompt_tokens"),
+        "completion_tokens": Int4s(
+            list(chain(t.completion_tokens for t in turns)), "turn.completion_tokens"
+        ),
+        "logprobs": Float8s(list(chain(t.logprobs for t in turns)), "turn.logprobs"),
+    }
 
 
 def validate_turn(turn: Turn) -> None:
@@ -140,30 +178,9 @@ async def write_turns(conn: AsyncConnection[Any], turns: Sequence[Turn]) -> list
     outcomes: list[Outcome] = []
     for start in range(0, len(unique), MAX_BATCH):
         part = unique[start : start + MAX_BATCH]
-        params: list[Any] = []
-        for ord_, turn in enumerate(part):
-            params.extend(
-                (
-                    ord_,
-                    turn.episode_id,
-                    turn.agent,
-                    turn.attempt,
-                    turn.index,
-                    Int4s(turn.prompt_tokens, "turn.prompt_tokens"),
-                    Int4s(turn.completion_tokens, "turn.completion_tokens"),
-                    Float8s(turn.logprobs, "turn.logprobs"),
-                    turn.version,
-                    turn.stop_reason,
-                    turn.extends_previous,
-                    turn.started_at,
-                    turn.ended_at,
-                    turn.temperature,
-                    _request(turn),
-                )
-            )
-        cursor = await conn.execute(write_turns_query(len(part)), params)
-        rows = {row[0]: row for row in await cursor.fetchall()}
-        outcomes.extend(_outcome(turn, rows.get(i)) for i, turn in enumerate(part))
+        cursor = await conn.execute(WRITE_TURNS, _batch_params(part))
+        rows = {row[0]: row for row in await cursor.fetchall()}  # ord counts from 1
+        outcomes.extend(_outcome(turn, rows.get(i + 1)) for i, turn in enumerate(part))
     results: list[Outcome] = []
     seen: set[TurnKey] = set()
     for turn in turns:
