@@ -13,7 +13,6 @@ Postgres (a real server, never a mock):
   after the test. Tests never see each other's rows.
 - `make_ledger` (function, async): a factory for more `Ledger`s on the same fresh database (for
   tests of concurrent processes' views), each closed after the test.
-
 - `embedded_state_dir` (function): a state folder for tests that start the embedded Postgres
   themselves (no URL given). Never put an embedded server under `tmp_path`: pytest resets
   `/tmp/pytest-of-<user>` to mode 0700 whenever a session starts, which locks out the server's
