@@ -6,6 +6,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 
+import psycopg
 import pytest
 
 from rollout.ledger import EpisodeSpec, InvalidInput, Ledger, RunRecord
@@ -70,3 +71,30 @@ async def test_ending_a_train_seat_notifies_groups(ledger: Ledger, run: RunRecor
 async def test_unknown_channels_are_refused(ledger: Ledger) -> None:
     with pytest.raises(InvalidInput, match="'nope'"):
         await ledger.wait("nope", timeout=0.1)
+
+
+async def test_waits_recover_after_the_listening_connection_drops(
+    ledger: Ledger, run: RunRecord
+) -> None:
+    assert await ledger.listen()
+    listeners = (
+        "SELECT pid FROM pg_stat_activity"
+        " WHERE datname = current_database() AND query LIKE 'LISTEN%%'"
+    )
+    async with await psycopg.AsyncConnection.connect(ledger.url, autocommit=True) as admin:
+        old = [row[0] for row in await (await admin.execute(listeners)).fetchall()]
+        assert len(old) == 1
+        await admin.execute("SELECT pg_terminate_backend(%s)", (old[0],))
+        deadline = time.monotonic() + 20
+        while True:  # the ledger reconnects and listens again
+            pids = [row[0] for row in await (await admin.execute(listeners)).fetchall()]
+            if pids and pids != old:
+                break
+            assert time.monotonic() < deadline, "the listener did not reconnect"
+            await asyncio.sleep(0.05)
+    assert await ledger.listen(timeout=10.0)
+    await ledger.wait("settings", timeout=0.01)  # may report the reconnect: take it
+    waiter = asyncio.create_task(ledger.wait("settings", timeout=10.0))
+    await asyncio.sleep(0.05)
+    await ledger.set_setting(run.run_id, "max_lag", 5)
+    assert await waiter
