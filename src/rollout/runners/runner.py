@@ -13,6 +13,7 @@ import contextlib
 import logging
 import os
 import socket
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -25,6 +26,8 @@ from rollout.runners.client import GatewayClient
 from rollout.runners.episode import SeatResult, make_task, play_seat
 
 log = logging.getLogger("rollout.runner")
+
+SETTINGS_TTL = 1.0
 
 
 def default_runner_id() -> str:
@@ -55,15 +58,25 @@ class Runner:
         self.idle_wait = idle_wait
         self.kinds = kinds
         self._clients: dict[str, GatewayClient] = {}
+        self._settings: dict[str, tuple[float, dict[str, Any]]] = {}
         self._environments: dict[str, Environment] = {}
         self._run_environment: dict[str, str] = {}
         self.seats_played = 0
+
+    async def settings_for(self, run_id: str) -> dict[str, Any]:
+        """The run's settings, re-read at most once a second (they change rarely)."""
+        cached = self._settings.get(run_id)
+        now = time.monotonic()
+        if cached is None or now - cached[0] > SETTINGS_TTL:
+            cached = (now, await self.ledger.settings(run_id))
+            self._settings[run_id] = cached
+        return cached[1]
 
     async def client_for(self, run_id: str) -> GatewayClient:
         """The gateway client for a run: the fixed URL, or the run's `gateway_url` setting."""
         url = self.gateway_url
         if url is None:
-            url = (await self.ledger.settings(run_id)).get("gateway_url")
+            url = (await self.settings_for(run_id)).get("gateway_url")
             if not url:
                 raise RolloutError(f"run {run_id} has no gateway_url setting (is its gateway up?)")
         if url not in self._clients:
@@ -137,7 +150,7 @@ class Runner:
         try:
             environment = await self.environment_for(claim.run_id)
             client = await self.client_for(claim.run_id)
-            settings = await self.ledger.settings(claim.run_id)
+            settings = await self.settings_for(claim.run_id)
             context = RunContext(
                 run_id=claim.run_id,
                 episode_id=claim.episode_id,

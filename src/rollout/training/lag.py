@@ -1,15 +1,20 @@
 """max_lag: a turn may begin only if the served version is at least newest - max_lag.
 
-The gateway calls `LagGate.admit()` before sampling each turn. It reads, fresh from the ledger,
-the newest checkpoint version, the run's current `max_lag` (a setting that can change mid-run)
-and the version the run's inference servers acknowledge serving; if the served version is too
-old, the turn waits (woken by serving/checkpoint/setting notifications) until servers catch up.
-Because completions always report the version that sampled them, and servers only ever move
-forward after acknowledging, a turn admitted here never samples from a version beyond the lag.
+The gateway calls `LagGate.admit()` before sampling each turn. The gate reads the newest
+checkpoint version, the run's current `max_lag` (a setting that can change mid-run) and the
+lowest version the run's inference servers acknowledge serving; if the served version is too old,
+the turn waits (woken by serving notifications) until the servers catch up.
+
+The decision is always made on ledger state read *after* the turn arrived, so a checkpoint
+recorded before a turn began can never be missed. Concurrent turns share one read: each turn
+waits for the first refresh that started after it arrived, so a burst of turns costs a single
+round of queries. Completions report the version that sampled them, and servers only move
+forward after acknowledging, so an admitted turn never samples beyond the lag.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass
 
@@ -17,15 +22,16 @@ from rollout.ledger import Ledger
 
 
 @dataclass(frozen=True)
-class Admission:
+class LagState:
     newest: int
-    serving: int
+    serving: int | None
     max_lag: int
-    waited: float
+    read_at: float
+    """When the read began (time.time())."""
 
-
-class RunFinished(Exception):
-    """The run is finished: no more turns are admitted."""
+    @property
+    def admits(self) -> bool:
+        return self.serving is not None and self.serving >= self.newest - self.max_lag
 
 
 class LagGate:
@@ -33,26 +39,55 @@ class LagGate:
         self.ledger = ledger
         self.run_id = run_id
         self.default_max_lag = default_max_lag
+        self._state: LagState | None = None
+        self._refresh: asyncio.Task[LagState] | None = None
+        self._refresh_began: float | None = None
+        """When the in-flight read began; None while it is scheduled but not yet running."""
 
-    async def state(self) -> tuple[int, int | None, int]:
-        """(newest checkpoint version, lowest acknowledged serving version or None, max_lag)."""
+    async def _read(self) -> LagState:
+        began = time.time()
+        self._refresh_began = began
         settings = await self.ledger.settings(self.run_id)
-        max_lag = int(settings.get("max_lag", self.default_max_lag))
         latest = await self.ledger.latest_checkpoint(self.run_id)
-        newest = latest.version if latest is not None else 0
         acks = await self.ledger.serving_acks(self.run_id)
-        serving = min(acks.values()) if acks else None
-        return newest, serving, max_lag
+        state = LagState(
+            newest=latest.version if latest is not None else 0,
+            serving=min(acks.values()) if acks else None,
+            max_lag=int(settings.get("max_lag", self.default_max_lag)),
+            read_at=began,
+        )
+        if self._state is None or state.read_at >= self._state.read_at:
+            self._state = state
+        return state
 
-    async def admit(self, timeout: float | None = None) -> Admission:  # noqa: ASYNC109
-        began = time.monotonic()
+    async def state_after(self, moment: float) -> LagState:
+        """Ledger state read by a query that began at or after `moment`."""
         while True:
-            newest, serving, max_lag = await self.state()
-            if serving is not None and serving >= newest - max_lag:
-                return Admission(newest, serving, max_lag, time.monotonic() - began)
-            if timeout is not None and time.monotonic() - began > timeout:
+            if self._state is not None and self._state.read_at >= moment:
+                return self._state
+            joinable = (
+                self._refresh is not None
+                and not self._refresh.done()
+                and (self._refresh_began is None or self._refresh_began >= moment)
+            )
+            if not joinable:
+                self._refresh_began = None
+                self._refresh = asyncio.ensure_future(self._read())
+            assert self._refresh is not None
+            await asyncio.shield(self._refresh)
+
+    async def admit(self, timeout: float | None = None) -> LagState:  # noqa: ASYNC109
+        """Wait until this run's served version is within max_lag of the newest checkpoint."""
+        arrived = time.time()
+        moment = arrived
+        while True:
+            state = await self.state_after(moment)
+            if state.admits:
+                return state
+            if timeout is not None and time.time() - arrived > timeout:
                 raise TimeoutError(
-                    f"run {self.run_id}: served version {serving} stayed behind newest {newest} "
-                    f"- max_lag {max_lag} for {timeout:.0f} s"
+                    f"run {self.run_id}: served version {state.serving} stayed behind newest "
+                    f"{state.newest} - max_lag {state.max_lag} for {timeout:.0f} s"
                 )
-            await self.ledger.wait("serving", timeout=0.2)
+            moment = time.time()
+            await self.ledger.wait(["serving", "settings"], 0.25, run_id=self.run_id)
