@@ -75,7 +75,7 @@ async def test_a_burst_of_turns_shares_one_read(ledger: Ledger) -> None:
     reads = 0
     original = gate._read
 
-    async def counting_read():  # noqa: ANN202 - wraps the real read to count it
+    async def counting_read():
         nonlocal reads
         reads += 1
         return await original()
