@@ -26,6 +26,7 @@ from fastapi import FastAPI
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
 
 from rollout.gateway import chat_completions, messages, responses
 from rollout.gateway.core import Admission, Gateway, LedgerLike
@@ -95,19 +96,22 @@ def create_app(
 
         return endpoint
 
+    def add_route(
+        path: str, endpoint: Callable[[Request], Awaitable[Response]], methods: list[str]
+    ) -> None:
+        app.router.routes.append(Route(path, endpoint, methods=methods))
+
     for prefix in ("/v1", ""):
-        app.add_api_route(
+        # Plain Starlette routes: the handlers read and validate bodies themselves, so FastAPI's
+        # request machinery would only add time to every call.
+        add_route(
             f"{prefix}/chat/completions",
             route(chat_completions.handle, "openai"),
             methods=["POST"],
         )
-        app.add_api_route(
-            f"{prefix}/responses", route(responses.handle, "openai"), methods=["POST"]
-        )
-        app.add_api_route(
-            f"{prefix}/messages", route(messages.handle, "anthropic"), methods=["POST"]
-        )
-        app.add_api_route(
+        add_route(f"{prefix}/responses", route(responses.handle, "openai"), methods=["POST"])
+        add_route(f"{prefix}/messages", route(messages.handle, "anthropic"), methods=["POST"])
+        add_route(
             f"{prefix}/messages/count_tokens",
             route(messages.count_tokens, "anthropic"),
             methods=["POST"],
@@ -138,7 +142,7 @@ def create_app(
             }
         )
 
-    app.add_api_route("/v1/models", list_models, methods=["GET"])
+    add_route("/v1/models", list_models, methods=["GET"])
 
     async def healthz() -> dict[str, Any]:
         return {"ok": True, "model": model_name, "version": backend.version}

@@ -138,9 +138,12 @@ def _canonical_arguments(arguments: str) -> Any:
 def _norm_message(message: Message) -> bytes:
     # Ids of the assistant's own calls are ours and clients echo them, but they never change
     # what the model sees; text is compared without surrounding whitespace.
-    calls = [[c.name, _canonical_arguments(c.arguments)] for c in message.tool_calls]
-    item = [message.role, message.text.strip(), calls, message.tool_call_id, message.name]
-    return json.dumps(item, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    calls = [
+        (c.name, json.dumps(_canonical_arguments(c.arguments), sort_keys=True))
+        for c in message.tool_calls
+    ]
+    item = (message.role, message.text.strip(), calls, message.tool_call_id, message.name)
+    return repr(item).encode("utf-8", "surrogatepass")
 
 
 def _prefix_hashes(messages: Sequence[Message]) -> list[bytes]:
@@ -183,8 +186,9 @@ class _Seat:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     last: Turn | None = None
     loaded: bool = False
-    recent: OrderedDict[str, Turn] = field(default_factory=OrderedDict)
-    """Recently recorded turns by fingerprint (the common case needs no ledger read)."""
+    recent: OrderedDict[str, tuple[Turn, str | None]] = field(default_factory=OrderedDict)
+    """Recently recorded turns by fingerprint, with their prompt's text when known (the common
+    case needs no ledger read and no second rendering)."""
 
 
 SeatId = tuple[str, int, int]
@@ -232,6 +236,13 @@ class Gateway:
         self._max_seats = max_cached_seats
         self._recent = recent_turns_per_seat
         self._stop_ids = list(renderer.stop_token_ids)
+        self._stop_set = frozenset(self._stop_ids)
+        self._stop_texts = [(t, renderer.decode([t])) for t in self._stop_ids]
+        self._stop_texts = [(t, text) for t, text in self._stop_texts if text]
+        # HFRenderer renders text first; splicing on text saves a second render per turn.
+        self._text_renderer: Callable[[Sequence[Message], Sequence[ToolSpec]], str] | None = (
+            getattr(renderer, "render_text", None)
+        )
         self._token_text: dict[int, str] = {}
 
     # keys
@@ -268,7 +279,7 @@ class Gateway:
     async def find_response(self, info: KeyInfo, response_id: str) -> Turn:
         """The recorded turn that answered `response_id` for this seat (400 if none)."""
         seat = self._seat(info)
-        for turn in reversed(seat.recent.values()):
+        for turn, _ in reversed(seat.recent.values()):
             if turn.request.get("response_id") == response_id:
                 return turn
         for turn in reversed(await self.seat_turns(info)):
@@ -308,7 +319,7 @@ class Gateway:
         tools_hash = _tools_hash(tools)
         wanted = {_fingerprint(hashes[j], tools_hash, messages[j]): j for j in positions}
         seat = self._seat(info)
-        found = [(wanted[fp], t) for fp, t in seat.recent.items() if fp in wanted]
+        found = [(wanted[fp], t) for fp, (t, _) in seat.recent.items() if fp in wanted]
         if not found or max(j for j, _ in found) != positions[-1]:
             for turn in await self.seat_turns(info):
                 fp = turn.request.get("fingerprint")
@@ -318,30 +329,76 @@ class Gateway:
             return None
         return max(found, key=lambda item: (item[0], item[1].index))
 
+    def _render_text(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> str:
+        assert self._text_renderer is not None
+        try:
+            return self._text_renderer(messages, tools)
+        except GatewayError:
+            raise
+        except Exception as exc:  # a template rejecting a conversation is the client's input
+            raise GatewayError(
+                f"messages: the chat template cannot render this conversation: {exc}",
+                param="messages",
+                code="render_failed",
+            ) from exc
+
     async def build_prompt(
         self, info: KeyInfo, messages: Sequence[Message], tools: Sequence[ToolSpec]
+    ) -> tuple[list[int], Turn | None, str | None]:
+        """The prompt tokens, the recorded turn whose tokens they reuse (if any), and the
+        prompt's text when the renderer can give it (kept to splice the next turn cheaply)."""
+        if self._text_renderer is None:
+            prompt, turn = await self._build_prompt_tokens(info, messages, tools)
+            return prompt, turn, None
+        full = self._render_text(messages, tools)
+        match = await self._match(info, messages, tools)
+        if match is None:
+            return self.renderer.encode(full), None, full
+        _, turn = match
+        cached = self._seat(info).recent.get(turn.request.get("fingerprint", ""))
+        prefix = cached[1] if cached is not None and cached[0] is turn else None
+        if prefix is None:
+            prefix = self._render_text(
+                load_messages(turn.request.get("messages", [])),
+                [ToolSpec.model_validate(t) for t in turn.request.get("tools", [])],
+            )
+        # The conversation the turn answered must render, on its own, exactly as the start of
+        # this one; otherwise (a template that rewrites history) splicing would mix renderings.
+        if not full.startswith(prefix):
+            log.debug("history renders differently; full render after turn %s", turn.index)
+            return self.renderer.encode(full), None, full
+        tail = full[len(prefix) :]
+        hits = [(tail.find(text), text, tid) for tid, text in self._stop_texts if text in tail]
+        if not hits:
+            return self.renderer.encode(full), None, full
+        pos, text, tid = min(hits)
+        prompt = [*turn.prompt_tokens, *turn.completion_tokens]
+        if not turn.completion_tokens or turn.completion_tokens[-1] not in self._stop_set:
+            prompt.append(tid)  # the reply was cut (length, stop string): close it
+        # A special token splits tokenization, so what follows it encodes on its own.
+        prompt.extend(self.renderer.encode(tail[pos + len(text) :]))
+        return prompt, turn, full
+
+    async def _build_prompt_tokens(
+        self, info: KeyInfo, messages: Sequence[Message], tools: Sequence[ToolSpec]
     ) -> tuple[list[int], Turn | None]:
-        """The prompt tokens, and the recorded turn whose tokens they reuse (if any)."""
+        """`build_prompt` for renderers that only give tokens."""
         full = self._render(messages, tools)
         match = await self._match(info, messages, tools)
         if match is None:
             return full, None
         j, turn = match
         prefix = self._render(messages[:j], tools)
-        # The template must render the conversation before the reply the same way on its own
-        # and inside the longer conversation; otherwise splicing would mix two renderings.
         if full[: len(prefix)] != prefix:
-            log.debug("re-rendered prefix differs; full re-render for turn after %s", turn.index)
+            log.debug("history renders differently; full render after turn %s", turn.index)
             return full, None
         tail = full[len(prefix) :]
-        stops = set(self._stop_ids)
-        end = next((i for i, t in enumerate(tail) if t in stops), None)
+        end = next((i for i, t in enumerate(tail) if t in self._stop_set), None)
         if end is None:
             return full, None
         prompt = [*turn.prompt_tokens, *turn.completion_tokens]
-        if not turn.completion_tokens or turn.completion_tokens[-1] not in stops:
-            # The reply was cut (length or a stop string): close it as the template does.
-            prompt.append(tail[end])
+        if not turn.completion_tokens or turn.completion_tokens[-1] not in self._stop_set:
+            prompt.append(tail[end])  # the reply was cut (length, stop string): close it
         prompt.extend(tail[end + 1 :])
         return prompt, turn
 
@@ -419,7 +476,7 @@ class Gateway:
     async def complete(self, info: KeyInfo, request: CanonicalRequest) -> TurnResult:
         """Render, admit, sample, parse and record one turn; raises GatewayError."""
         started = time.time()
-        prompt, base = await self.build_prompt(info, request.messages, request.tools)
+        prompt, base, prompt_text = await self.build_prompt(info, request.messages, request.tools)
         if self.admission is not None:
             await self.admission(info)
         stop_ids = list(dict.fromkeys([*request.params.stop_token_ids, *self._stop_ids]))
@@ -485,6 +542,7 @@ class Gateway:
             started=started,
             ended=ended,
             request=record,
+            prompt_text=prompt_text,
         )
         body = list(completion.tokens)
         if body and body[-1] in self._stop_ids and completion.stop_reason == "stop":
@@ -527,6 +585,7 @@ class Gateway:
         started: float,
         ended: float,
         request: dict[str, Any],
+        prompt_text: str | None = None,
     ) -> Turn:
         """Record the turn under the next index of the seat; 409 when the attempt is fenced."""
         seat = self._seat(info)
@@ -571,7 +630,7 @@ class Gateway:
                     raise GatewayError(f"ledger error: {exc}", kind="unavailable") from exc
                 if new:
                     seat.last = turn
-                    seat.recent[request["fingerprint"]] = turn
+                    seat.recent[request["fingerprint"]] = (turn, prompt_text)
                     while len(seat.recent) > self._recent:
                         seat.recent.popitem(last=False)
                     return turn

@@ -126,9 +126,8 @@ def _short(value: Any, limit: int = 80) -> str:
 
 def join_loc(prefix: str, *parts: str | int) -> str:
     """A dotted field path: `join_loc("messages", 0, "content") == "messages.0.content"`."""
-    items = [prefix] if prefix else []
-    items.extend(str(p) for p in parts)
-    return ".".join(items)
+    path = ".".join([str(p) for p in parts])
+    return f"{prefix}.{path}" if prefix and path else prefix or path
 
 
 def _is_union_tag(part: str | int) -> bool:
