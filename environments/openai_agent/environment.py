@@ -172,7 +172,7 @@ class CalculatorAgent(Task):
         return End(
             reward=1.0 if correct else 0.0,
             metrics={"tool_calls": float(tool_calls), "answered": float(answered is not None)},
-            messages=transcript[2:],
+            messages=transcript,
         )
 
 

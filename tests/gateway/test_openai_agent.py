@@ -51,7 +51,7 @@ async def test_agent_program_plays_an_episode_through_the_gateway(serve: Serve) 
     result = await play_seat(environment, task, run, never)  # type: ignore[arg-type]
     assert isinstance(result.end, End)
     assert result.reward == 1.0 and result.end.metrics["tool_calls"] == 1.0
-    assert [m.role for m in result.messages] == ["assistant", "tool", "assistant"]
+    assert [m.role for m in result.messages] == ["system", "user", "assistant", "tool", "assistant"]
     one, two = await served.turns()
     assert one.stop_reason == "tool_calls" and two.extends_previous
     assert served.renderer.decode(two.completion_tokens).startswith(
