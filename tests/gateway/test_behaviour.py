@@ -453,6 +453,14 @@ async def test_models_and_count_tokens(serve: Serve) -> None:
         base_url=served.server.base_url, api_key=served.key
     ).models.list()
     assert [m.id for m in models.data] == ["tiny"]
+    one = await openai.AsyncOpenAI(
+        base_url=served.server.base_url, api_key=served.key
+    ).models.retrieve("gpt-5-codex")
+    assert one.id == "gpt-5-codex"
+    listed = await anthropic.AsyncAnthropic(
+        base_url=served.server.root_url, api_key=served.key
+    ).models.list()
+    assert [m.id for m in listed.data] == ["tiny"]
     counted = await anthropic.AsyncAnthropic(
         base_url=served.server.root_url, api_key=served.key
     ).messages.count_tokens(

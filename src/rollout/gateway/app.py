@@ -43,7 +43,7 @@ def _protocol_of(request: Request) -> Protocol:
     path = request.url.path
     if path.startswith("/v1/messages") or path.startswith("/messages"):
         return "anthropic"
-    if path.rstrip("/").endswith("/models") and (
+    if path.startswith("/v1/models") and (
         "anthropic-version" in request.headers
         or ("x-api-key" in request.headers and "authorization" not in request.headers)
     ):
@@ -117,32 +117,44 @@ def create_app(
             methods=["POST"],
         )
 
+    def model_entry(name: str) -> dict[str, Any]:
+        # One object that reads as an OpenAI model and as an Anthropic model.
+        created = int(time.time())
+        return {
+            "id": name,
+            "object": "model",
+            "created": created,
+            "owned_by": "rollout",
+            "type": "model",
+            "display_name": name,
+            "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(created)),
+        }
+
     async def list_models(request: Request) -> Response:
         try:
             await gateway.authenticate_headers(request.headers)
         except GatewayError as err:
             return error_response(err, _protocol_of(request))
-        created = int(time.time())
-        entry = {
-            "id": model_name,
-            "object": "model",
-            "created": created,
-            "owned_by": "rollout",
-            "type": "model",
-            "display_name": model_name,
-            "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(created)),
-        }
         return JSONResponse(
             {
                 "object": "list",
-                "data": [entry],
+                "data": [model_entry(model_name)],
                 "has_more": False,
                 "first_id": model_name,
                 "last_id": model_name,
             }
         )
 
+    async def get_model(request: Request) -> Response:
+        try:
+            await gateway.authenticate_headers(request.headers)
+        except GatewayError as err:
+            return error_response(err, _protocol_of(request))
+        # Requests may name any model (clients send their own names); all reach this one.
+        return JSONResponse(model_entry(request.path_params["model_id"]))
+
     add_route("/v1/models", list_models, methods=["GET"])
+    add_route("/v1/models/{model_id:path}", get_model, methods=["GET"])
 
     async def healthz() -> dict[str, Any]:
         return {"ok": True, "model": model_name, "version": backend.version}
