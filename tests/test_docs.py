@@ -8,7 +8,9 @@
 - A block preceded by `<!-- no-test -->` is skipped (used only for programs that cannot run
   here, such as Claude Code or Codex).
 
-docs/rolloutlib.md and packages/rolloutlib/README.md are run by rolloutlib's own tests.
+docs/rolloutlib.md and packages/rolloutlib/README.md are run by rolloutlib's own tests, and the
+python blocks of docs/gateway.md by tests/gateway/test_docs_gateway.py (against their own
+database).
 """
 
 from __future__ import annotations
@@ -58,8 +60,12 @@ def test_there_are_examples() -> None:
     assert blocks(ROOT / "README.md", "console")
 
 
-@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
-def test_python_examples_run(page: Path) -> None:
+@pytest.mark.parametrize("page", [p for p in PAGES if p.name != "gateway.md"], ids=lambda p: p.name)
+def test_python_examples_run(
+    page: Path, monkeypatch: pytest.MonkeyPatch, database_url: str, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("ROLLOUT_DATABASE_URL", database_url)
+    monkeypatch.setenv("ROLLOUT_STATE_DIR", str(tmp_path / "state"))
     namespace: dict[str, object] = {"__name__": f"docs_{page.stem}"}
     for code in blocks(page, "python"):
         exec(compile(code, str(page), "exec"), namespace)
