@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from typing import Any
 
 from rollout.gateway.app import create_app
@@ -28,7 +29,7 @@ async def play_one_episode(spec: str, *, model: str = "scripted", seed: int = 0)
     ledger = await Ledger.connect(state_dir=str(state_dir()))
     try:
         run = await ledger.create_run(
-            f"{environment.name}-run-{time.strftime('%Y%m%d-%H%M%S')}-{seed}",
+            f"{environment.name}-run-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}",
             spec,
             {"kind": "single", "model": model},
         )
