@@ -92,7 +92,8 @@ async def create_run(
     environment = load_environment(spec)
     ledger = await Ledger.connect(database_url)
     try:
-        run_name = name or f"{environment.name}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        run_name = name or f"{environment.name}-{stamp}-{uuid.uuid4().hex[:4]}"
         record = await ledger.create_run(
             run_name,
             spec,
