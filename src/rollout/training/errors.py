@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from rollout.harness.errors import RolloutError
 
-class TrainingError(ValueError):
+
+class TrainingError(RolloutError, ValueError):
     """Bad training input (the message names the field and the value) or a provider failure."""
 
 
