@@ -505,11 +505,12 @@ def train(
 
 def main() -> None:
     """Entry point: user errors print as one line, without a traceback."""
+    from rollout.blobs import BlobError
     from rollout.ledger import LedgerError
 
     try:
         app()
-    except (RolloutError, LedgerError) as error:
+    except (RolloutError, LedgerError, BlobError) as error:
         err_console.print(f"[red]error:[/] {error}", highlight=False)
         sys.exit(2)
     except KeyboardInterrupt:
