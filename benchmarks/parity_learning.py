@@ -86,10 +86,22 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
     digit_ids = [int(tok.convert_tokens_to_ids(str(d))) for d in range(10)]
     equals = int(tok.convert_tokens_to_ids("="))
 
+    renderer = None
+    if args.chat:
+        from rollout.contracts import Message
+        from rollout.rendering import HFRenderer
+
+        renderer = HFRenderer(model_dir)
+
     def make_prompt(r: random.Random) -> tuple[tuple[int, ...], str]:
         n = r.randint(3, 8)
         digits = [r.randint(1, 9)] + [r.randint(0, 9) for _ in range(n - 1)]
-        return (*tuple(digit_ids[d] for d in digits), equals), "E" if digits[-1] % 2 == 0 else "O"
+        answer = "E" if digits[-1] % 2 == 0 else "O"
+        if renderer is not None:  # as the platform prompts: the model's chat template
+            number = "".join(str(d) for d in digits)
+            messages = [Message.system("even or odd?"), Message.user(number)]
+            return tuple(renderer.render(messages)), answer
+        return (*tuple(digit_ids[d] for d in digits), equals), answer
 
     provider = TorchProvider(
         model_dir,
@@ -231,6 +243,9 @@ def main() -> None:
     )
     parser.add_argument(
         "--drop-zero", action="store_true", help="leave zero-advantage samples out of the batch"
+    )
+    parser.add_argument(
+        "--chat", action="store_true", help="prompt through the chat template, as the platform"
     )
     parser.add_argument("--target", type=float, default=0.9)
     parser.add_argument("--keep-going", action="store_true", help="run all steps after target")

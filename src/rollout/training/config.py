@@ -73,6 +73,8 @@ class RunConfig(BaseModel):
     """Episodes per group (default: the environment's)."""
     groups_per_step: int = Field(16, ge=1)
     learning_rate: float = Field(1e-3, gt=0)
+    grad_clip: float | None = Field(None, gt=0)
+    """Clip the gradient norm to this (None: no clipping)."""
     max_lag: int = Field(1, ge=0)
     importance: ImportanceConfig = Field(
         default_factory=lambda: ImportanceConfig.model_validate({})
@@ -82,6 +84,7 @@ class RunConfig(BaseModel):
     normalize_advantages: bool = True
     warmup_steps: int = Field(0, ge=0)
     warmup_learning_rate: float = Field(1e-3, gt=0)
+    warmup_batch: int = Field(64, ge=1)
     steps: int = Field(100, ge=1)
     runners: int = Field(1, ge=1)
     runner_concurrency: int = Field(32, ge=1)

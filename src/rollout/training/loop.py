@@ -43,7 +43,6 @@ from rollout.training.segments import Segment, build_segments
 log = logging.getLogger("rollout.trainer")
 
 LEASE_SECONDS = 30.0
-WARMUP_BATCH = 32
 
 
 def checkpoint_uri(run_id: str, version: int) -> str:
@@ -66,6 +65,7 @@ def make_provider(config: RunConfig, model_dir: Path) -> TorchProvider:
         model_dir,
         lora_rank=config.lora_rank,
         lr=config.learning_rate,
+        grad_clip=config.grad_clip,
         device=config.device,
         seed=config.seed,
     )
@@ -169,7 +169,7 @@ class Trainer:
         provider.lr = config.warmup_learning_rate
         for _ in range(config.warmup_steps):
             segments = []
-            for _ in range(WARMUP_BATCH):
+            for _ in range(config.warmup_batch):
                 messages, answer = environment.warmup(rng)
                 conversation = list(messages)
                 if environment.system_prompt and (
