@@ -14,14 +14,11 @@ port, for tests, the playground and the runner.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-import uvicorn
 from fastapi import FastAPI
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
@@ -32,6 +29,7 @@ from rollout.gateway import chat_completions, messages, responses
 from rollout.gateway.core import Admission, Gateway, LedgerLike
 from rollout.gateway.errors import GatewayError, Protocol, error_body
 from rollout.inference.base import InferenceBackend
+from rollout.launch.http import AppServer
 from rollout.rendering.base import Renderer
 
 log = logging.getLogger("rollout.gateway")
@@ -177,93 +175,5 @@ def create_app(
     return app
 
 
-class _InProcessServer(uvicorn.Server):
-    # uvicorn would take over SIGINT/SIGTERM for the whole process; the owner handles those.
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
-
-
-class GatewayServer:
-    """Runs an ASGI app with uvicorn in the current event loop.
-
-    Example:
-        ```python
-        server = GatewayServer(app)          # 127.0.0.1, a free port
-        await server.start()
-        print(server.base_url)               # http://127.0.0.1:PORT/v1
-        await server.stop()
-        ```
-    """
-
-    def __init__(
-        self, app: Any, *, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning"
-    ) -> None:
-        self.app = app
-        self.host = host
-        self._port = port
-        self._config = uvicorn.Config(
-            app,
-            host=host,
-            port=port,
-            log_level=log_level,
-            access_log=False,
-            lifespan="off",
-            timeout_graceful_shutdown=2,
-            timeout_keep_alive=30,
-        )
-        self._server = _InProcessServer(self._config)
-        self._task: asyncio.Task[None] | None = None
-
-    @property
-    def port(self) -> int:
-        if self._port == 0:
-            raise RuntimeError("GatewayServer.port: the server is not started")
-        return self._port
-
-    @property
-    def root_url(self) -> str:
-        """`http://HOST:PORT` (what ANTHROPIC_BASE_URL takes)."""
-        return f"http://{self.host}:{self.port}"
-
-    @property
-    def base_url(self) -> str:
-        """`http://HOST:PORT/v1` (what OpenAI clients take as base_url)."""
-        return f"{self.root_url}/v1"
-
-    async def _serve(self) -> None:
-        try:
-            await self._server.serve()
-        except SystemExit as exc:  # uvicorn exits the process when it cannot bind
-            raise RuntimeError(
-                f"gateway server could not listen on {self.host}:{self._port}"
-            ) from exc
-
-    async def start(self) -> None:
-        """Listen; returns once the server accepts connections (`port` is then known)."""
-        if self._task is not None:
-            return
-        self._task = asyncio.create_task(self._serve(), name="gateway-server")
-        while not self._server.started:
-            if self._task.done():
-                self._task.result()  # raises the startup error (port in use, ...)
-                raise RuntimeError(f"gateway server on {self.host}:{self._port} did not start")
-            await asyncio.sleep(0.01)
-        sockets = [s for server in self._server.servers for s in server.sockets]
-        self._port = sockets[0].getsockname()[1]
-
-    async def stop(self) -> None:
-        if self._task is None:
-            return
-        self._server.should_exit = True
-        try:
-            await self._task
-        finally:
-            self._task = None
-
-    async def __aenter__(self) -> GatewayServer:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
+GatewayServer = AppServer
+"""Runs the gateway app with uvicorn in the current event loop (see `AppServer`)."""

@@ -28,26 +28,12 @@ from rollout.gateway.app import GatewayServer, create_app
 from rollout.gateway.core import Admission
 from rollout.harness.errors import RolloutError
 from rollout.inference.base import InferenceBackend
+from rollout.inference.factory import load_model
 from rollout.ledger import EpisodeSpec, NotFound, SeatClaim
-from rollout.rendering.base import Renderer
 
 log = logging.getLogger("rollout.gateway")
 
 PLAYGROUND_RUN = "playground"
-
-
-def load_model(model: str, state_dir: Path) -> tuple[Renderer, InferenceBackend]:
-    """(renderer, backend) for `scripted` (its tokenizer cached under `state_dir`) or a folder."""
-    if model == "scripted":
-        from rollout.inference.scripted import ScriptedBackend
-        from rollout.models import default_tokenizer_dir
-        from rollout.rendering import HFRenderer
-
-        renderer = HFRenderer(default_tokenizer_dir(state_dir))
-        return renderer, ScriptedBackend(renderer)
-    from rollout.inference.factory import load_model as load_folder
-
-    return load_folder(model)
 
 
 class Playground:
@@ -118,7 +104,7 @@ class Playground:
             self.database_url, state_dir=str(self.state_dir)
         )
         try:
-            renderer, self._backend = load_model(self.model, self.state_dir)
+            renderer, self._backend = load_model(self.model, state_dir=self.state_dir)
             try:
                 run = await ledger.get_run(PLAYGROUND_RUN)
             except NotFound:
@@ -262,7 +248,7 @@ async def run_gateway(
     root = Path(state_dir or os.environ.get("ROLLOUT_STATE_DIR") or ".rollout")
     ledger = await Ledger.connect(database_url, state_dir=str(root))
     try:
-        renderer, backend = load_model(model, root)
+        renderer, backend = load_model(model, state_dir=root)
         try:
             app = create_app(ledger, renderer, backend, model_name=model, admission=admission)
             async with GatewayServer(app, host=host, port=port) as server:

@@ -13,15 +13,17 @@ from rollout.inference.base import InferenceBackend
 from rollout.rendering.base import Renderer
 
 
-def load_model(model: str, *, device: str = "cpu") -> tuple[Renderer, InferenceBackend]:
-    """(renderer, backend) for `scripted` or a model folder."""
+def load_model(
+    model: str, *, device: str = "cpu", state_dir: str | Path | None = None
+) -> tuple[Renderer, InferenceBackend]:
+    """(renderer, backend) for `scripted` (its tokenizer cached under `state_dir`) or a folder."""
     from rollout.rendering import HFRenderer
 
     if model == "scripted":
         from rollout.inference.scripted import ScriptedBackend
         from rollout.models import default_tokenizer_dir
 
-        renderer = HFRenderer(default_tokenizer_dir())
+        renderer = HFRenderer(default_tokenizer_dir(state_dir))
         return renderer, ScriptedBackend(renderer)
     path = Path(model)
     if not (path / "config.json").is_file():

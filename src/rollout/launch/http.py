@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+from collections.abc import Iterator
+from typing import Any
 
 import uvicorn
 
@@ -15,41 +17,100 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
-class AppServer:
-    """`await AppServer(app).start()` serves `app`; `.url` is `http://host:port`."""
+class _InProcessServer(uvicorn.Server):
+    # uvicorn would take over SIGINT/SIGTERM for the whole process; the owner handles those.
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
 
-    def __init__(self, app: object, *, host: str = "127.0.0.1", port: int = 0) -> None:
+
+class AppServer:
+    """Runs an ASGI app with uvicorn in the current event loop.
+
+    Example:
+        ```python
+        server = AppServer(app)              # 127.0.0.1, a free port
+        await server.start()
+        print(server.base_url)               # http://127.0.0.1:PORT/v1
+        await server.stop()
+        ```
+    """
+
+    def __init__(
+        self, app: Any, *, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning"
+    ) -> None:
+        self.app = app
         self.host = host
-        self.port = port or free_port(host)
-        config = uvicorn.Config(
-            app,  # type: ignore[arg-type]
-            host=self.host,
-            port=self.port,
-            log_level="warning",
+        self._port = port
+        self._config = uvicorn.Config(
+            app,
+            host=host,
+            port=port,
+            log_level=log_level,
             access_log=False,
             lifespan="off",
+            timeout_graceful_shutdown=2,
             timeout_keep_alive=30,
         )
-        self._server = uvicorn.Server(config)
+        self._server = _InProcessServer(self._config)
         self._task: asyncio.Task[None] | None = None
 
     @property
+    def port(self) -> int:
+        if self._port == 0:
+            raise RuntimeError("AppServer.port: the server is not started")
+        return self._port
+
+    @property
     def url(self) -> str:
+        """`http://HOST:PORT`."""
+        return self.root_url
+
+    @property
+    def root_url(self) -> str:
+        """`http://HOST:PORT` (what ANTHROPIC_BASE_URL takes)."""
         return f"http://{self.host}:{self.port}"
 
+    @property
+    def base_url(self) -> str:
+        """`http://HOST:PORT/v1` (what OpenAI clients take as base_url)."""
+        return f"{self.root_url}/v1"
+
+    async def _serve(self) -> None:
+        try:
+            await self._server.serve()
+        except SystemExit as exc:  # uvicorn exits the process when it cannot bind
+            raise RuntimeError(f"server could not listen on {self.host}:{self._port}") from exc
+
     async def start(self) -> AppServer:
-        self._task = asyncio.create_task(self._server.serve())
+        """Listen; returns once the server accepts connections (`port` is then known)."""
+        if self._task is not None:
+            return self
+        self._task = asyncio.create_task(self._serve(), name="app-server")
         while not self._server.started:
             if self._task.done():
-                self._task.result()  # raises the bind error
+                self._task.result()  # raises the startup error (port in use, ...)
+                raise RuntimeError(f"server on {self.host}:{self._port} did not start")
             await asyncio.sleep(0.01)
+        sockets = [s for server in self._server.servers for s in server.sockets]
+        self._port = sockets[0].getsockname()[1]
         return self
 
     async def stop(self) -> None:
+        if self._task is None:
+            return
         self._server.should_exit = True
-        if self._task is not None:
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        try:
+            await self._task
+        finally:
+            self._task = None
+
+    async def __aenter__(self) -> AppServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
 
     async def serve_until(self, stop: asyncio.Event) -> None:
         await self.start()
