@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-from rollout.cli import main
+from tests.cli_helpers import rollout
 
 
 @pytest.fixture(autouse=True)
@@ -16,21 +15,6 @@ def _environment(monkeypatch: pytest.MonkeyPatch, database_url: str, tmp_path: P
     monkeypatch.setenv("ROLLOUT_DATABASE_URL", database_url)
     monkeypatch.setenv("ROLLOUT_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.setenv("COLUMNS", "200")
-
-
-def rollout(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    """Run `rollout ARGS`; return (exit code, stdout, stderr)."""
-    old = sys.argv
-    sys.argv = ["rollout", *args]
-    code = 0
-    try:
-        main()
-    except SystemExit as exit_:
-        code = exit_.code if isinstance(exit_.code, int) else 1
-    finally:
-        sys.argv = old
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_run_records_an_episode_that_episodes_show_prints(

@@ -19,12 +19,11 @@ import asyncio
 import json
 import re
 import shlex
-import sys
 from pathlib import Path
 
 import pytest
 
-from rollout.cli import main
+from tests.cli_helpers import rollout
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -39,20 +38,6 @@ def blocks(page: Path, language: str) -> list[str]:
         for skip, lang, body in FENCE.findall(page.read_text())
         if lang == language and not skip
     ]
-
-
-def rollout(capsys: pytest.CaptureFixture[str], args: list[str]) -> tuple[int, str, str]:
-    old = sys.argv
-    sys.argv = ["rollout", *args]
-    code = 0
-    try:
-        main()
-    except SystemExit as exit_:
-        code = exit_.code if isinstance(exit_.code, int) else 1
-    finally:
-        sys.argv = old
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_there_are_examples() -> None:
@@ -110,7 +95,7 @@ def test_console_examples_run(
     ]
     if not commands:
         pytest.skip(f"{page.name} has no rollout commands")
-    code, out, _ = rollout(capsys, ["run", "arithmetic.environment:environment", "--json"])
+    code, out, _ = rollout(capsys, "run", "arithmetic.environment:environment", "--json")
     assert code == 0
     outcome = json.loads(out)
     names = {"RUN": outcome["run_id"], "EPISODE": outcome["episode_id"]}
@@ -118,5 +103,5 @@ def test_console_examples_run(
         args = [names.get(a, a) for a in args]
         if args[0] in LONG_RUNNING:
             args = [args[0], "--help"]
-        code, out, err = rollout(capsys, args)
+        code, out, err = rollout(capsys, *args)
         assert code == 0, f"`rollout {' '.join(args)}` exited {code}: {err or out}"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Annotated, Any, TypeVar
 
 import typer
@@ -57,6 +57,19 @@ async def _ledger() -> Any:
     from rollout.ledger import Ledger
 
     return await Ledger.connect()
+
+
+def _query(query: Callable[[Any], Awaitable[T]]) -> T:
+    """Run one read against the ledger (ROLLOUT_DATABASE_URL or the embedded one)."""
+
+    async def go() -> T:
+        ledger = await _ledger()
+        try:
+            return await query(ledger)
+        finally:
+            await ledger.close()
+
+    return _run(go())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -151,14 +164,7 @@ def runs_list(as_json: JsonFlag = False) -> None:
     """List runs, newest first."""
     from rollout.monitor.queries import run_summaries
 
-    async def go() -> list[dict[str, Any]]:
-        ledger = await _ledger()
-        try:
-            return await run_summaries(ledger)
-        finally:
-            await ledger.close()
-
-    rows = _run(go())
+    rows = _query(run_summaries)
     if as_json:
         _print_json(rows)
         return
@@ -184,14 +190,7 @@ def runs_show(
     """A run's settings, train steps and checkpoints."""
     from rollout.monitor.queries import run_detail
 
-    async def go() -> dict[str, Any]:
-        ledger = await _ledger()
-        try:
-            return await run_detail(ledger, run)
-        finally:
-            await ledger.close()
-
-    detail = _run(go())
+    detail = _query(lambda ledger: run_detail(ledger, run))
     if as_json:
         _print_json(detail)
         return
@@ -251,14 +250,7 @@ def episodes_show(
     """Every turn of an episode: prompt and completion token ids, logprobs, version."""
     from rollout.monitor.queries import episode_detail
 
-    async def go() -> dict[str, Any]:
-        ledger = await _ledger()
-        try:
-            return await episode_detail(ledger, episode)
-        finally:
-            await ledger.close()
-
-    detail = _run(go())
+    detail = _query(lambda ledger: episode_detail(ledger, episode))
     if as_json:
         _print_json(detail)
         return
@@ -276,14 +268,7 @@ def episodes_list(
     """The latest episodes of a run."""
     from rollout.monitor.queries import episode_rows
 
-    async def go() -> list[dict[str, Any]]:
-        ledger = await _ledger()
-        try:
-            return await episode_rows(ledger, run, limit)
-        finally:
-            await ledger.close()
-
-    rows = _run(go())
+    rows = _query(lambda ledger: episode_rows(ledger, run, limit))
     if as_json:
         _print_json(rows)
         return
