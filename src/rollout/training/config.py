@@ -86,6 +86,8 @@ class RunConfig(BaseModel):
     warmup_learning_rate: float = Field(1e-3, gt=0)
     warmup_batch: int = Field(64, ge=1)
     steps: int = Field(100, ge=1)
+    stop_at_reward: float | None = None
+    """Finish early once the mean reward of the last three steps reaches this."""
     runners: int = Field(1, ge=1)
     runner_concurrency: int = Field(32, ge=1)
     seed: int = 0

@@ -121,7 +121,12 @@ class Trainer:
             await self._save(provider, lease, 0, None, [], metrics)
             version = 0
         group_size = config.group_size or environment.group_size
+        recent: list[float] = []
         while not stop.is_set() and version < config.steps:
+            if config.stop_at_reward is not None and len(recent) >= 3:
+                if sum(recent[-3:]) / 3 >= config.stop_at_reward:
+                    log.info("mean reward of the last 3 steps reached %s", config.stop_at_reward)
+                    break
             lease = await self._renew()
             await self._publish_serving(lease)
             await self._queue_groups(environment, config, group_size, version)
@@ -135,7 +140,8 @@ class Trainer:
             lease = await self._renew()
             await self._save(provider, lease, version + 1, version, groups, metrics)
             version += 1
-        if version >= config.steps:
+            recent.append(metrics["reward"])
+        if not stop.is_set():
             await self._publish_until_served(stop)
             await self.ledger.set_setting(self.run_id, "finished", True)
 
