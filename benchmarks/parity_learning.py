@@ -76,7 +76,7 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
         kv_heads=2,
         vocab_size=64,
         tokenizer="chars",
-        alphabet="0123456789EO=",
+        alphabet=args.alphabet,
         seed=seed,
     )
     tok = AutoTokenizer.from_pretrained(str(model_dir))
@@ -244,6 +244,7 @@ def main() -> None:
     parser.add_argument(
         "--drop-zero", action="store_true", help="leave zero-advantage samples out of the batch"
     )
+    parser.add_argument("--alphabet", default="0123456789EO=", help="the char tokenizer's")
     parser.add_argument(
         "--chat", action="store_true", help="prompt through the chat template, as the platform"
     )
