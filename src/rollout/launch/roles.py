@@ -143,7 +143,9 @@ async def supervise(stop: asyncio.Event, *, runs: list[str] | None, until_finish
     from rollout.launch.local import LocalSupervisor
     from rollout.ledger import database_url
 
-    url = await asyncio.to_thread(database_url, str(state_dir()))
+    url = os.environ.get("ROLLOUT_DATABASE_URL") or await asyncio.to_thread(
+        database_url, str(state_dir())
+    )
     ledger = await Ledger.connect(url)
     try:
         await LocalSupervisor(
