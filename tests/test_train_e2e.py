@@ -3,7 +3,7 @@
 The run uses the cpu-tiny preset (smaller steps) on `tests.training.letter_env`, a task the tiny
 model learns in a few dozen steps, so the test checks the whole learning loop quickly. Afterwards
 the ledger must show that episodes kept playing while the trainer stepped, that some turns were
-sampled by a version older than the newest (off-policy happened), that no turn began beyond
+sampled by a version older than the one that trained on them (off-policy happened), that no turn began beyond
 max_lag, and that the reward of the last steps clearly exceeds that of the first.
 """
 
@@ -84,8 +84,9 @@ async def _check_ledger(database_url: str, run_id: str, steps_taken: int) -> Non
     behind = [newest_at(t.started_at) - t.version for t in turns]
     # No turn began on a version more than max_lag behind the newest checkpoint.
     assert max(behind) <= MAX_LAG, max(behind)
-    # Off-policy happened: some turns began while a newer checkpoint than theirs existed.
-    assert sum(1 for b in behind if b > 0) > 0
+    # Off-policy happened: some steps trained on turns sampled by an older version than the
+    # weights being updated (lag is measured per trained turn by the trainer).
+    assert max(step.metrics["lag_max"] for step in steps if step.step > 0) >= 1
     # Episodes kept playing while the trainer stepped: turns ran during train steps.
     during = 0
     for step in steps:
