@@ -3,8 +3,8 @@
 The run uses the cpu-tiny preset (smaller steps) on `tests.training.letter_env`, a task the tiny
 model learns in a few dozen steps, so the test checks the whole learning loop quickly. Afterwards
 the ledger must show that episodes kept playing while the trainer stepped, that some turns were
-sampled by a version older than the one that trained on them (off-policy happened), that no turn began beyond
-max_lag, and that the reward of the last steps clearly exceeds that of the first.
+sampled by a version older than the one that trained on them (off-policy happened), that no turn
+began beyond max_lag, and that the reward of the last steps clearly exceeds that of the first.
 """
 
 from __future__ import annotations

@@ -123,10 +123,10 @@ class Trainer:
         group_size = config.group_size or environment.group_size
         recent: list[float] = []
         while not stop.is_set() and version < config.steps:
-            if config.stop_at_reward is not None and len(recent) >= 3:
-                if sum(recent[-3:]) / 3 >= config.stop_at_reward:
-                    log.info("mean reward of the last 3 steps reached %s", config.stop_at_reward)
-                    break
+            target = config.stop_at_reward
+            if target is not None and len(recent) >= 3 and sum(recent[-3:]) / 3 >= target:
+                log.info("mean reward of the last 3 steps reached %s", target)
+                break
             lease = await self._renew()
             await self._publish_serving(lease)
             await self._queue_groups(environment, config, group_size, version)
