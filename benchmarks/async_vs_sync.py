@@ -65,7 +65,7 @@ async def step_times(state_dir: str, run_id: str) -> list[float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--max-lag", type=int, default=3)
     parser.add_argument("--json", action="store_true")

@@ -86,12 +86,10 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
     digit_ids = [int(tok.convert_tokens_to_ids(str(d))) for d in range(10)]
     equals = int(tok.convert_tokens_to_ids("="))
 
-    renderer = None
-    if args.chat:
-        from rollout.contracts import Message
-        from rollout.rendering import HFRenderer
+    from rollout.contracts import Message
+    from rollout.rendering import HFRenderer
 
-        renderer = HFRenderer(model_dir)
+    renderer = HFRenderer(model_dir) if args.chat else None
 
     def make_prompt(r: random.Random) -> tuple[tuple[int, ...], str]:
         n = r.randint(3, 8)
