@@ -1,8 +1,8 @@
 """A parity environment with long-tailed episode lengths, for the sync-vs-async benchmark.
 
 Each episode asks a run of parity questions; how many is drawn from a heavy-tailed (Pareto)
-distribution capped at 24, and each answer takes 40 ms of environment time (a tool call, a game
-tick). The reward is the fraction answered right. Most episodes are short; a few are very long,
+distribution capped at 16, and each answer takes 300 ms of environment time (a tool call, a
+game tick): episodes are long in wall time but cheap in CPU, as agent episodes usually are. The reward is the fraction answered right. Most episodes are short; a few are very long,
 which is what makes synchronous training wait.
 """
 
@@ -14,8 +14,8 @@ import random
 from rollout.contracts import Message
 from rollout.harness import End, Environment, Observation, RunContext, Task
 
-ENVIRONMENT_SECONDS = 0.04
-MAX_QUESTIONS = 24
+ENVIRONMENT_SECONDS = 0.3
+MAX_QUESTIONS = 16
 
 
 def draw(rng: random.Random) -> dict[str, object]:
