@@ -2,8 +2,9 @@
 
 Each episode asks a run of parity questions; how many is drawn from a heavy-tailed (Pareto)
 distribution capped at 16, and each answer takes 300 ms of environment time (a tool call, a
-game tick): episodes are long in wall time but cheap in CPU, as agent episodes usually are. The reward is the fraction answered right. Most episodes are short; a few are very long,
-which is what makes synchronous training wait.
+game tick): episodes are long in wall time but cheap in CPU, as agent episodes usually are.
+The reward is the fraction answered right. Most episodes are short; a few are very long, which
+is what makes synchronous training wait.
 """
 
 from __future__ import annotations
