@@ -111,10 +111,3 @@ class AppServer:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
-
-    async def serve_until(self, stop: asyncio.Event) -> None:
-        await self.start()
-        try:
-            await stop.wait()
-        finally:
-            await self.stop()

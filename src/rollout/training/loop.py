@@ -28,17 +28,18 @@ import time
 from pathlib import Path
 
 from rollout.blobs import BlobStore
-from rollout.contracts import Message, Turn
+from rollout.contracts import Message
 from rollout.harness.core import Environment
 from rollout.harness.loading import load_environment
 from rollout.ledger import CheckpointRecord, EpisodeSpec, GroupRecord, Lease, Ledger, ServingRecord
-from rollout.training.advantages import AdvantageConfig, seat_advantages
+from rollout.training.advantages import AdvantageConfig
+from rollout.training.batch import segments_of_groups
 from rollout.training.config import RunConfig
 from rollout.training.importance import ImportanceConfig
 from rollout.training.loss import LossConfig
 from rollout.training.providers.base import TrainBatch, TrainingProvider
 from rollout.training.providers.torch import TorchProvider
-from rollout.training.segments import Segment, build_segments
+from rollout.training.segments import UNSAMPLED_VERSION
 
 log = logging.getLogger("rollout.trainer")
 
@@ -205,30 +206,19 @@ class Trainer:
         version: int,
     ) -> dict[str, float]:
         advantage_config = AdvantageConfig(normalize_std=config.normalize_advantages)
-        segments: list[Segment] = []
-        rewards: list[float] = []
-        lags: list[float] = []
-        episodes = 0
-        for group in groups:
-            by_seat: dict[tuple[str, int, int], list[Turn]] = {}
-            for episode in group.episodes:
-                episodes += 1
-                for turn in episode.turns:
-                    by_seat.setdefault((episode.episode_id, turn.agent, turn.attempt), []).append(
-                        turn
-                    )
-            for seat in seat_advantages(group, advantage_config):
-                if seat.status == "completed":
-                    rewards.append(seat.reward)
-                if seat.advantage is None or seat.advantage == 0.0:
-                    continue
-                turns = sorted(
-                    by_seat.get((seat.episode_id, seat.agent, seat.attempt), []),
-                    key=lambda t: t.index,
-                )
-                for turn in turns:
-                    lags.append(float(version - turn.version))
-                segments.extend(build_segments(turns, seat.advantage))
+        per_group = segments_of_groups(groups, advantage_config, drop_zero_advantage=True)
+        segments = [segment for group in per_group for segment in group.segments]
+        rewards = [
+            seat.reward for group in per_group for seat in group.seats if seat.status == "completed"
+        ]
+        # Lag of trained samples: versions between the one that sampled and the one now updated.
+        lags = [
+            float(version - v)
+            for segment in segments
+            for v in sorted(set(segment.versions))
+            if v != UNSAMPLED_VERSION
+        ]
+        episodes = sum(len(group.episodes) for group in groups)
         metrics: dict[str, float] = {
             "reward": sum(rewards) / len(rewards) if rewards else 0.0,
             "episodes": float(episodes),
