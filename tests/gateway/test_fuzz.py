@@ -368,6 +368,10 @@ CASES: list[tuple[str, tuple[Any, ...], Any, int, str]] = [
     (MSG, ("system",), 5, 400, "system"),
     (COUNT, ("messages",), _DELETE, 400, "messages"),
     (COUNT, ("messages", 0, "content", 0, "type"), "audio", 400, "audio"),
+    # Postgres text cannot hold U+0000: refused up front, not a 500 at recording time.
+    (CHAT, ("messages", 1, "content"), "a\x00b", 400, "messages.1.content"),
+    (CHAT, ("tools", 0, "function", "parameters"), {"\x00": 1}, 400, "U+0000"),
+    (MSG, ("system",), "\x00", 400, "system"),
 ]
 
 

@@ -20,6 +20,26 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON value")
 
 
+def _find_nul(value: Any, loc: str) -> str | None:
+    """Where a string (key or value) holds U+0000, which the ledger (Postgres text) cannot store."""
+    if isinstance(value, str):
+        return loc if "\x00" in value else None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            where = join_loc(loc, key.replace("\x00", "\\u0000"))
+            if "\x00" in key:
+                return where
+            found = _find_nul(item, where)
+            if found:
+                return found
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            found = _find_nul(item, join_loc(loc, index))
+            if found:
+                return found
+    return None
+
+
 async def read_json_object(request: Request) -> dict[str, Any]:
     """The request body as a JSON object; 400 for invalid JSON or any other JSON value."""
     raw = await request.body()
@@ -33,6 +53,12 @@ async def read_json_object(request: Request) -> dict[str, Any]:
         raise GatewayError(
             f"body: expected a JSON object, got {type(value).__name__}", code="invalid_json"
         )
+    if b"\\u0000" in raw:
+        where = _find_nul(value, "")
+        if where is not None:
+            raise GatewayError(
+                f"{where}: strings may not contain U+0000", param=where, code="invalid_value"
+            )
     return value
 
 
