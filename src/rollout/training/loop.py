@@ -88,6 +88,8 @@ class Trainer:
         self.holder = holder or f"trainer-{socket.gethostname()}-{os.getpid()}"
         self.work_dir = work_dir or Path(tempfile.mkdtemp(prefix="rollout-trainer-"))
         self.lease: Lease | None = None
+        self.backend = "local"
+        """The run's inference backend (read from the run when `run` starts)."""
         self._lease_renewed = 0.0
 
     async def _renew(self) -> Lease:
@@ -101,6 +103,7 @@ class Trainer:
 
     async def run(self, stop: asyncio.Event) -> None:
         run = await self.ledger.get_run(self.run_id)
+        self.backend = str(run.config.get("backend", "local"))
         config = RunConfig.model_validate(run.config["training"])
         environment = load_environment(run.environment)
         model_dir = Path(run.config["model_path"])
@@ -303,10 +306,8 @@ class Trainer:
         current = await self.ledger.serving(self.run_id)
         if current is not None and current.version >= latest.version:
             return True
-        run = await self.ledger.get_run(self.run_id)
-        backend = str(run.config.get("backend", "local"))
         conversions = await self.ledger.conversions(self.run_id, latest.version)
-        if backend not in conversions:
+        if self.backend not in conversions:
             return False
         await self.ledger.set_serving(
             lease,
