@@ -70,9 +70,9 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
     model_dir = init_model(
         tempfile.mkdtemp(prefix="parity-model-"),
         arch="qwen3",
-        hidden=64,
-        layers=2,
-        heads=4,
+        hidden=args.hidden,
+        layers=args.layers,
+        heads=args.heads,
         kv_heads=2,
         vocab_size=64,
         tokenizer="chars",
@@ -97,9 +97,11 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
         answer = "E" if digits[-1] % 2 == 0 else "O"
         if renderer is not None:  # as the platform prompts: the model's chat template
             number = "".join(str(d) for d in digits)
-            messages = [Message.system("even or odd?"), Message.user(number)]
+            messages = [Message.user(number)]
+            if args.system != "none":
+                messages.insert(0, Message.system(args.system))
             return tuple(renderer.render(messages)), answer
-        return (*tuple(digit_ids[d] for d in digits), equals), answer
+        return (*tuple(digit_ids[d] for d in digits), *([equals] * args.suffix)), answer
 
     provider = TorchProvider(
         model_dir,
@@ -136,7 +138,7 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
         import copy
 
         sampler_model = copy.deepcopy(provider.model)
-    loss = LossConfig(importance=ImportanceConfig(mode=args.is_mode))
+    loss = LossConfig(importance=ImportanceConfig(mode=args.is_mode), entropy_coef=args.entropy)
     gen = torch.Generator(device=args.device).manual_seed(seed)
     rewards: list[float] = []
     t_hit: float | None = None
@@ -167,7 +169,7 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
         segments = []
         for g in range(args.prompts):
             group = step_rewards[g * args.samples : (g + 1) * args.samples]
-            advantages = group_advantages(group, normalize_std=True)
+            advantages = group_advantages(group, normalize_std=not args.no_std)
             for j, adv in enumerate(advantages):
                 i = g * args.samples + j
                 if args.drop_zero and not adv:
@@ -188,6 +190,13 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
             result = provider.forward_backward(TrainBatch(segments=tuple(segments), loss=loss))
             metrics = {**result.metrics, **provider.optim_step()}
         reward = sum(step_rewards) / len(step_rewards)
+        first = [s.tokens[0] if s.tokens else -1 for s in samples]
+        share_e = sum(t == letter["E"] for t in first) / len(first)
+        formed = {
+            k: sum(s.tokens == (letter[k], eos) for s in samples)
+            / max(1, sum(t == letter[k] for t in first))
+            for k in "EO"
+        }
         rewards.append(reward)
         elapsed = time.time() - start
         if not args.quiet:
@@ -195,6 +204,7 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
                 f"seed {seed} step {step:4d} reward {reward:.3f} "
                 f"ratio {metrics.get('is/ratio_mean', float('nan')):.3f} "
                 f"|dlogp| {metrics.get('is/logp_abs_diff_mean', float('nan')):.2e} "
+                f"E {share_e:.2f} eos|E {formed['E']:.2f} eos|O {formed['O']:.2f} "
                 f"t {elapsed:6.1f}s",
                 flush=True,
             )
@@ -202,6 +212,31 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
             t_hit, step_hit, cpu_hit = elapsed, step + 1, time.process_time()
             if not args.keep_going:
                 break
+    per_digit: dict[int, float] = {}
+    if args.per_digit:  # accuracy by the number's last digit, 64 samples each
+        for d in range(10):
+            batch = []
+            while len(batch) < 64:
+                p, a = make_prompt(rng)
+                if renderer is not None:
+                    last = int(tok.decode(list(p)).split("<|im_end|>")[-2][-1])
+                else:
+                    last = digit_ids.index(p[-1 - args.suffix])
+                if last == d:
+                    batch.append((p, a))
+            samples = sample_batch(
+                sampler_model,
+                [p for p, _ in batch],
+                max_new_tokens=4,
+                stop_token_ids=[eos],
+                pad_token_id=pad,
+                temperature=1.0,
+                generator=gen,
+            )
+            per_digit[d] = sum(
+                s.tokens == (letter[a], eos) for s, (_, a) in zip(samples, batch, strict=True)
+            ) / len(batch)
+        print(f"seed {seed} accuracy by last digit: {per_digit}", flush=True)
     return {
         "seed": seed,
         "warmup_steps": args.warmup_steps,
@@ -246,6 +281,18 @@ def main() -> None:
     parser.add_argument(
         "--chat", action="store_true", help="prompt through the chat template, as the platform"
     )
+    parser.add_argument(
+        "--system",
+        default="even or odd?",
+        help="system prompt with --chat ('none': no system message)",
+    )
+    parser.add_argument("--entropy", type=float, default=0.0, help="entropy bonus weight")
+    parser.add_argument("--no-std", action="store_true", help="advantages not divided by std")
+    parser.add_argument("--per-digit", action="store_true", help="report accuracy by last digit")
+    parser.add_argument("--suffix", type=int, default=1, help="'=' tokens after the digits")
+    parser.add_argument("--hidden", type=int, default=64)
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--target", type=float, default=0.9)
     parser.add_argument("--keep-going", action="store_true", help="run all steps after target")
     parser.add_argument("--device", default="cpu")

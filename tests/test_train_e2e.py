@@ -1,8 +1,8 @@
 """`rollout train` end to end: real role processes, real Postgres, a real tiny model that learns.
 
-The run uses the cpu-tiny preset (smaller steps) on `tests.training.letter_env`, a task the tiny
-model learns in a few dozen steps, so the test checks the whole learning loop quickly. Afterwards
-the ledger must show that episodes kept playing while the trainer stepped, that some turns were
+The run is the README's main command: the cpu-tiny preset on the parity example
+(`parity.environment`), which a fresh tiny model learns in about 100-200 steps. Afterwards the
+ledger must show that episodes kept playing while the trainer stepped, that some turns were
 sampled by a version older than the one that trained on them (off-policy happened), that no turn
 began beyond max_lag, and that the reward of the last steps clearly exceeds that of the first.
 """
@@ -21,7 +21,7 @@ import pytest
 
 from rollout.ledger import Ledger
 
-MAX_STEPS = 80
+MAX_STEPS = 260
 MAX_LAG = 1
 
 
@@ -34,17 +34,13 @@ def test_train_learns_off_policy_within_max_lag(database_url: str, tmp_path: Pat
             "-m",
             "rollout.cli",
             "train",
-            "tests.training.letter_env:environment",
+            "parity.environment:environment",
             "--preset",
             "cpu-tiny",
             "--steps",
             str(MAX_STEPS),
             "--max-lag",
             str(MAX_LAG),
-            "--set",
-            "groups_per_step=8",
-            "--set",
-            "warmup_steps=60",
             "--set",
             "stop_at_reward=0.9",
             "--json",

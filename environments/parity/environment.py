@@ -45,7 +45,7 @@ environment = Environment(
     parameters=draw_number,
     group_size=8,
     max_turns=1,
-    system_prompt="even or odd?",
+    # No system prompt: the tiny model reads only the number (its alphabet has no letters).
     sampling={"max_tokens": 4, "temperature": 1.0},
     warmup=format_example,
 )

@@ -45,6 +45,32 @@ async def test_eight_tasks_claim_every_seat_exactly_once(
     assert sum(1 for claims in results if claims) >= 2  # they really ran side by side
 
 
+async def test_batch_claimers_never_share_a_seat(
+    make_ledger, run: RunRecord, ledger: Ledger
+) -> None:
+    await ledger.add_episodes(
+        run.run_id, [EpisodeSpec(g, m, {}, g, agents=AGENTS) for g in range(25) for m in range(2)]
+    )
+    claimer = await make_ledger(min_size=4, max_size=4)
+    start = asyncio.Event()
+
+    async def claim_all(name: str) -> list[SeatClaim]:
+        await start.wait()
+        mine: list[SeatClaim] = []
+        while claims := await claimer.claim_seats(name, limit=7, run_id=run.run_id):
+            mine.extend(claims)
+        return mine
+
+    tasks = [asyncio.create_task(claim_all(f"task-{i}")) for i in range(4)]
+    await asyncio.sleep(0.05)
+    start.set()
+    results = await asyncio.gather(*tasks)
+    seats = [(c.episode_id, c.agent, c.attempt) for claims in results for c in claims]
+    assert len(seats) == EPISODES * AGENTS
+    assert len(set(seats)) == len(seats)
+    assert len({c.api_key for claims in results for c in claims}) == len(seats)
+
+
 _CLAIMER = """
 import asyncio, json, os, sys, time
 from pathlib import Path

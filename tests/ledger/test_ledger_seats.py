@@ -64,6 +64,27 @@ async def test_every_seat_is_claimed_once_in_order(ledger: Ledger, run: RunRecor
     assert await ledger.resolve_key("rk-unknown") is None
 
 
+async def test_batch_claims_hand_out_distinct_seats_in_order(
+    ledger: Ledger, run: RunRecord
+) -> None:
+    await ledger.add_episodes(
+        run.run_id, [EpisodeSpec(0, m, {"m": m}, seed=m, agents=2) for m in range(3)]
+    )
+    first = await ledger.claim_seats("r", limit=4, run_id=run.run_id)
+    assert [(c.member, c.agent) for c in first] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    rest = await ledger.claim_seats("r", limit=10, run_id=run.run_id)
+    assert [(c.member, c.agent) for c in rest] == [(2, 0), (2, 1)]
+    assert await ledger.claim_seats("r", limit=10, run_id=run.run_id) == []
+    claims = first + rest
+    assert len({c.api_key for c in claims}) == 6
+    for claim in claims:  # each key resolves to its own seat
+        assert await ledger.resolve_key(claim.api_key) == KeyInfo(
+            run.run_id, claim.episode_id, claim.agent, 1
+        )
+    with pytest.raises(InvalidInput, match="limit must be >= 1, got 0"):
+        await ledger.claim_seats("r", limit=0)
+
+
 async def test_claims_filter_by_run_and_kind(ledger: Ledger, run: RunRecord) -> None:
     other = await ledger.create_run("other", "env:b", {})
     await ledger.add_episodes(run.run_id, [EpisodeSpec(0, 0, {}, 1, kind="eval")])

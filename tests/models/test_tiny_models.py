@@ -116,6 +116,22 @@ def test_vocab_64_chars_model_for_the_trainer(tmp_path: Path) -> None:
     assert "<unk>" in tok.decode(tok.encode("Ω", add_special_tokens=False))
 
 
+def test_chars_alphabet_without_letters_keeps_chat_roles_whole(tmp_path: Path) -> None:
+    folder = init_model(
+        tmp_path / "m", hidden=32, layers=1, heads=2, kv_heads=1, vocab_size=64,
+        tokenizer="chars", alphabet="0123456789EO=\n",
+    )  # fmt: skip
+    tok = AutoTokenizer.from_pretrained(folder)
+    assert len(tok) == 64
+    ids = tok.apply_chat_template([{"role": "user", "content": "907"}], add_generation_prompt=True)
+    if not isinstance(ids, list):
+        ids = ids["input_ids"]
+    assert tok.convert_ids_to_tokens(ids) == [
+        "<|im_start|>", "user", "\n", "9", "0", "7", "<|im_end|>", "\n",
+        "<|im_start|>", "assistant", "\n",
+    ]  # fmt: skip
+
+
 @pytest.mark.parametrize("arch", ["qwen2", "llama"])
 def test_other_architectures(tmp_path: Path, arch: str) -> None:
     folder = init_model(tmp_path / arch, arch=arch, hidden=32, heads=2, kv_heads=1, vocab_size=300)  # type: ignore[arg-type]

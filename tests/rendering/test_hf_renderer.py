@@ -52,6 +52,15 @@ def test_renders_system_user_and_generation_prompt(renderer: HFRenderer) -> None
     assert tokens == renderer.render(messages)  # deterministic
 
 
+def test_no_system_block_without_a_system_message_or_tools(renderer: HFRenderer) -> None:
+    assert renderer.render_text([Message.user("hi")]) == (
+        "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    )
+    assert renderer.render_text([Message.system("be brief"), Message.user("hi")]).startswith(
+        "<|im_start|>system\nbe brief<|im_end|>\n<|im_start|>user\nhi"
+    )
+
+
 def test_renders_tools_calls_and_results(renderer: HFRenderer) -> None:
     call = ToolCall(id="c1", name="add", arguments='{"a": 3, "b": 4}')
     messages = [
@@ -74,7 +83,7 @@ def test_renders_tools_calls_and_results(renderer: HFRenderer) -> None:
         "<|im_start|>user\n<tool_response>\n7\n</tool_response>\n"
         "<tool_response>\nok\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
     ) in text
-    assert "You are a helpful assistant." in text  # default system prompt
+    assert text.startswith("<|im_start|>system\n# Tools\n")  # no system message: tools only
 
 
 def test_content_parts_render_as_their_text(renderer: HFRenderer) -> None:

@@ -356,3 +356,23 @@ def test_entropy_metric_is_the_mean_entropy_of_trained_positions(
     entropy = -(logp.exp() * logp).sum(-1)
     trained = [t - 1 for t, m in enumerate(segment.loss_mask) if m]
     assert metrics["train/entropy"] == pytest.approx(entropy[trained].mean().item(), rel=1e-5)
+
+
+def test_entropy_bonus_raises_entropy_when_advantages_are_zero(
+    tiny_model_dir: Path, ids: dict[str, int]
+) -> None:
+    provider = TorchProvider(tiny_model_dir, lr=1e-2)
+    segments = sample_segments(provider, ids, NUMBERS)  # every advantage 0: no policy gradient
+    plain = LossConfig()
+    before = weights(provider)
+    step(provider, segments, plain)
+    assert all(torch.equal(before[k], v) for k, v in weights(provider).items())
+    bonus = LossConfig(entropy_coef=1.0)
+    entropies = [step(provider, segments, bonus)["train/entropy"] for _ in range(5)]
+    assert entropies[-1] > entropies[0] + 1e-3, entropies
+
+
+@pytest.mark.parametrize("coef", [-0.1, float("nan"), float("inf")])
+def test_entropy_coef_must_be_finite_and_not_negative(coef: float) -> None:
+    with pytest.raises(TrainingError, match="entropy_coef must be a finite number >= 0"):
+        LossConfig(entropy_coef=coef)

@@ -33,8 +33,11 @@ def resolve_model(config: RunConfig, override: str | None) -> Path:
     elif config.model.path:
         path = Path(config.model.path).resolve()
     elif config.model.init is not None:
+        from rollout.models.tiny import recipe_fingerprint
+
         init = config.model.init
-        path = models_dir() / f"{init.arch}-{init.key()}"
+        # The tokenizer/template sources are part of the key: a changed recipe builds afresh.
+        path = models_dir() / f"{init.arch}-{init.key()}-{recipe_fingerprint()[:8]}"
         if not (path / "config.json").is_file():
             from rollout.models import init_model
             from rollout.models.tiny import DEFAULT_VOCAB_SIZE

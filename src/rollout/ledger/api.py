@@ -490,29 +490,48 @@ class Ledger:
         lease_seconds: float = 60.0,
         kinds: Sequence[str] | None = None,
     ) -> SeatClaim | None:
-        """Claim an unclaimed seat (or one whose claim expired: attempt + 1). SKIP LOCKED.
+        """Claim one unclaimed seat (see `claim_seats`); None when there is nothing to claim."""
+        claims = await self.claim_seats(
+            runner, limit=1, run_id=run_id, lease_seconds=lease_seconds, kinds=kinds
+        )
+        return claims[0] if claims else None
 
-        Seats are handed out oldest episode first, only for runs that are not paused. Returns
-        None when there is nothing to claim.
+    async def claim_seats(
+        self,
+        runner: str,
+        *,
+        limit: int,
+        run_id: str | None = None,
+        lease_seconds: float = 60.0,
+        kinds: Sequence[str] | None = None,
+    ) -> list[SeatClaim]:
+        """Claim up to `limit` unclaimed seats (or ones whose claim expired: attempt + 1) in one
+        transaction. SKIP LOCKED: concurrent claimers never get the same seat attempt.
+
+        Seats are handed out oldest episode first, only for runs that are not paused. Each claim
+        gets its own API key.
 
         Args:
-            runner: Who claims (recorded with the claim).
+            runner: Who claims (recorded with each claim).
+            limit: The most seats to claim (>= 1).
             run_id: Only seats of this run.
-            lease_seconds: The claim expires unless renewed by `heartbeat` within this time.
+            lease_seconds: A claim expires unless renewed by `heartbeat` within this time.
             kinds: Only episodes of these kinds ('train', 'eval', 'playground').
         """
         if lease_seconds <= 0:
             raise InvalidInput(f"lease_seconds must be > 0, got {lease_seconds!r}")
+        if limit < 1:
+            raise InvalidInput(f"limit must be >= 1, got {limit!r}")
         if kinds is not None:
             for kind in kinds:
                 if kind not in EPISODE_KINDS:
                     raise InvalidInput(f"kinds must be among {EPISODE_KINDS}, got {kind!r}")
-        api_key = "rk-" + secrets.token_urlsafe(24)
+        api_keys = ["rk-" + secrets.token_urlsafe(24) for _ in range(limit)]
         async with self._pool.connection() as conn:
             cursor = await conn.execute(
                 """
                 WITH pick AS (
-                    SELECT s.episode_id, s.agent FROM seats s
+                    SELECT s.episode_id, s.agent, s.seq FROM seats s
                     WHERE NOT s.done
                       AND (s.expires_at IS NULL OR s.expires_at <= now())
                       AND (%(run)s::text IS NULL OR s.run_id = %(run)s)
@@ -522,7 +541,7 @@ class Ledger:
                           WHERE p.run_id = s.run_id AND p.key = 'paused'
                             AND p.value = 'true'::jsonb)
                     ORDER BY s.seq
-                    LIMIT 1
+                    LIMIT %(limit)s
                     FOR UPDATE OF s SKIP LOCKED
                 ), claimed AS (
                     UPDATE seats s
@@ -530,43 +549,50 @@ class Ledger:
                         expires_at = now() + make_interval(secs => %(lease)s)
                     FROM pick
                     WHERE s.episode_id = pick.episode_id AND s.agent = pick.agent
-                    RETURNING s.run_id, s.episode_id, s.agent, s.attempt
+                    RETURNING s.run_id, s.episode_id, s.agent, s.attempt, pick.seq
+                ), keyed AS (
+                    SELECT c.*, (%(keys)s::text[])[row_number() OVER (ORDER BY c.seq)] AS api_key
+                    FROM claimed c
                 ), fact AS (
                     INSERT INTO seat_claims (episode_id, agent, attempt, run_id, runner, api_key,
                                              lease_s)
-                    SELECT episode_id, agent, attempt, run_id, %(runner)s, %(key)s, %(lease)s
-                    FROM claimed
+                    SELECT episode_id, agent, attempt, run_id, %(runner)s, api_key, %(lease)s
+                    FROM keyed
                     RETURNING 1
                 )
-                SELECT c.run_id, c.episode_id, c.agent, c.attempt, e.parameters, e.seed,
-                       e.agents, e.kind, e.group_index, e.member, (SELECT count(*) FROM fact)
-                FROM claimed c JOIN episodes e ON e.episode_id = c.episode_id
+                SELECT k.run_id, k.episode_id, k.agent, k.attempt, e.parameters, e.seed,
+                       e.agents, e.kind, e.group_index, e.member, k.api_key,
+                       (SELECT count(*) FROM fact)
+                FROM keyed k JOIN episodes e ON e.episode_id = k.episode_id
+                ORDER BY k.seq
                 """,
                 {
                     "run": run_id,
                     "kinds": list(kinds) if kinds is not None else None,
                     "runner": runner,
                     "lease": float(lease_seconds),
-                    "key": api_key,
+                    "keys": api_keys,
+                    "limit": limit,
                 },
             )
-            row = await cursor.fetchone()
-        if row is None:
-            return None
-        return SeatClaim(
-            run_id=row[0],
-            episode_id=row[1],
-            agent=row[2],
-            attempt=row[3],
-            runner=runner,
-            parameters=row[4],
-            seed=row[5],
-            agents=row[6],
-            api_key=api_key,
-            kind=row[7],
-            group_index=row[8],
-            member=row[9],
-        )
+            rows = await cursor.fetchall()
+        return [
+            SeatClaim(
+                run_id=row[0],
+                episode_id=row[1],
+                agent=row[2],
+                attempt=row[3],
+                runner=runner,
+                parameters=row[4],
+                seed=row[5],
+                agents=row[6],
+                api_key=row[10],
+                kind=row[7],
+                group_index=row[8],
+                member=row[9],
+            )
+            for row in rows
+        ]
 
     async def heartbeat(self, claim: SeatClaim, lease_seconds: float = 60.0) -> None:
         """Extend the claim; StaleFence if another attempt took over.
@@ -1232,6 +1258,20 @@ class Ledger:
             except pg_errors.ForeignKeyViolation:
                 raise NotFound(f"run {run_id!r} not found") from None
             return await cursor.fetchone() is not None
+
+    async def lag_view(self, run_id: str) -> tuple[int | None, int | None, Any]:
+        """In one round trip: the newest checkpoint version, the lowest version the run's
+        servers acknowledge serving, and the run's `max_lag` setting (None where absent)."""
+        async with self._pool.connection() as conn:
+            cursor = await conn.execute(
+                "SELECT (SELECT max(version) FROM checkpoints WHERE run_id = %(r)s),"
+                " (SELECT min(version) FROM current_serving_acks WHERE run_id = %(r)s),"
+                " (SELECT value FROM current_settings WHERE run_id = %(r)s AND key = 'max_lag')",
+                {"r": run_id},
+            )
+            row = await cursor.fetchone()
+        assert row is not None
+        return row[0], row[1], row[2]
 
     async def serving_acks(self, run_id: str) -> dict[str, int]:
         """Server -> the version it last said it serves."""

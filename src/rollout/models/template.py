@@ -4,7 +4,8 @@ The template follows Qwen2.5's: tools are listed in the system message inside `<
 assistant tool calls are `<tool_call>{"name": ..., "arguments": ...}</tool_call>` blocks, and tool
 results are `<tool_response>` blocks inside one user turn. Unlike Qwen3's template it never drops
 or rewrites earlier assistant turns (no `<think>` stripping, no trimming), so the prompt of the
-next turn always starts with the previous prompt plus the previous completion.
+next turn always starts with the previous prompt plus the previous completion. As in Qwen3's,
+a system block is rendered only for a system message or tools: no default instructions are added.
 
 An assistant turn renders as `<|im_start|>assistant\n` + body + `<|im_end|>\n`, where the body is
 the content followed by one block per tool call, each block preceded by a newline unless it is
@@ -19,8 +20,6 @@ message again.
 """
 
 from __future__ import annotations
-
-DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant."
 
 # Every tag trims the whitespace around it, so only what `{{ }}` prints reaches the prompt.
 CHAT_TEMPLATE = r"""
@@ -37,12 +36,14 @@ CHAT_TEMPLATE = r"""
     {%- set system_text = text(messages[0].content) -%}
     {%- set rest = messages[1:] -%}
 {%- else -%}
-    {%- set system_text = 'You are a helpful assistant.' -%}
+    {%- set system_text = none -%}
     {%- set rest = messages -%}
 {%- endif -%}
-{{- '<|im_start|>system\n' + system_text -}}
+{%- if system_text is not none or tools -%}
+{{- '<|im_start|>system\n' + (system_text or '') -}}
 {%- if tools -%}
-    {{- '\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n' -}}
+    {%- if system_text -%}{{- '\n\n' -}}{%- endif -%}
+    {{- '# Tools\n\nYou may call one or more functions to assist with the user query.\n\n' -}}
     {{- 'You are provided with function signatures within <tools></tools> XML tags:\n<tools>' -}}
     {%- for tool in tools -%}
         {{- '\n' + (tool | tojson) -}}
@@ -52,6 +53,7 @@ CHAT_TEMPLATE = r"""
     {{- '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>' -}}
 {%- endif -%}
 {{- '<|im_end|>\n' -}}
+{%- endif -%}
 {%- for message in rest -%}
     {%- if message.role == 'tool' -%}
         {%- if loop.first or rest[loop.index0 - 1].role != 'tool' -%}

@@ -188,7 +188,7 @@ def default_tokenizer_dir(state_dir: str | os.PathLike[str] | None = None) -> Pa
     """
     root = Path(state_dir or os.environ.get("ROLLOUT_STATE_DIR") or ".rollout")
     target = root / "models" / "scripted"
-    fingerprint = _recipe_fingerprint()
+    fingerprint = recipe_fingerprint()
     stamp = target / "rollout-fingerprint.txt"
     if stamp.is_file() and stamp.read_text() == fingerprint:
         return target
@@ -214,7 +214,7 @@ def default_tokenizer_dir(state_dir: str | os.PathLike[str] | None = None) -> Pa
     return target
 
 
-def _recipe_fingerprint() -> str:
+def recipe_fingerprint() -> str:
     """A hash of the sources that define the default tokenizer and template."""
     here = Path(__file__).parent
     digest = hashlib.sha256()

@@ -42,6 +42,9 @@ MARKUP_TOKENS = (
 )
 """Markup the model writes as text; whole tokens, but not special (decoding keeps them)."""
 ADDED_TOKENS = SPECIAL_TOKENS + MARKUP_TOKENS
+ROLE_TOKENS = ("system", "user", "assistant")
+"""Chat role names. A `chars` tokenizer whose alphabet cannot spell one makes it a whole token (as
+real vocabularies do), so a chat header stays three tokens instead of a run of `<unk>`."""
 
 DEFAULT_ALPHABET = ' \n0123456789abcdefghijklmnopqrstuvwxyz+-*/=?.,:{}[]"'
 """The `chars` alphabet by default: enough for arithmetic, lowercase words and JSON."""
@@ -117,6 +120,7 @@ def build_tokenizer(
     if corpus is not None:
         texts.extend(corpus)
     texts = [_strip_added(text) for text in texts]
+    roles: tuple[str, ...] = ()
 
     if kind == "bytes":
         if vocab_size < MIN_BYTES_VOCAB:
@@ -141,11 +145,13 @@ def build_tokenizer(
         )
     else:
         chars = _alphabet(DEFAULT_ALPHABET if alphabet is None else alphabet)
-        floor = len(ADDED_TOKENS) + 1 + len(chars)
+        roles = tuple(word for word in ROLE_TOKENS if not set(word) <= set(chars))
+        added = len(ADDED_TOKENS) + len(roles)
+        floor = added + 1 + len(chars)
         if vocab_size < floor:
             raise ModelError(
                 f"vocab_size must be at least {floor} for tokenizer='chars' with a "
-                f"{len(chars)}-character alphabet ({len(ADDED_TOKENS)} added tokens + <unk>), "
+                f"{len(chars)}-character alphabet ({added} added tokens + <unk>), "
                 f"got {vocab_size}"
             )
         tok = Tokenizer(models.BPE(unk_token=UNK))
@@ -154,14 +160,15 @@ def build_tokenizer(
         allowed = set(chars)
         texts = ["".join(c for c in text if c in allowed) for text in texts]
         trainer = trainers.BpeTrainer(
-            vocab_size=vocab_size - len(MARKUP_TOKENS),
+            vocab_size=vocab_size - len(MARKUP_TOKENS) - len(roles),
             special_tokens=[*SPECIAL_TOKENS, UNK],
             initial_alphabet=chars,
             limit_alphabet=len(chars),
             show_progress=False,
         )
     tok.train_from_iterator(texts, trainer=trainer)
-    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in MARKUP_TOKENS])
+    words = (*MARKUP_TOKENS, *roles)
+    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in words])
     missing = vocab_size - tok.get_vocab_size(with_added_tokens=True)
     if missing < 0:
         raise ModelError(f"tokenizer came out with more than vocab_size={vocab_size} tokens")

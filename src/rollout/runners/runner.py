@@ -105,18 +105,23 @@ class Runner:
                 if len(active) >= self.concurrency:
                     await asyncio.wait(active, return_when=asyncio.FIRST_COMPLETED)
                     continue
-                claim = await self.ledger.claim_seat(
+                room = self.concurrency - len(active)
+                if max_seats is not None:
+                    room = min(room, max_seats - self.seats_played - len(active))
+                claims = await self.ledger.claim_seats(
                     self.runner_id,
+                    limit=room,
                     run_id=self.run_id,
                     lease_seconds=self.lease_seconds,
                     kinds=self.kinds,
                 )
-                if claim is None:
+                if not claims:
                     await self.ledger.wait("episodes", timeout=self.idle_wait)
                     continue
-                task = asyncio.create_task(self.play(claim))
-                active.add(task)
-                task.add_done_callback(active.discard)
+                for claim in claims:
+                    task = asyncio.create_task(self.play(claim))
+                    active.add(task)
+                    task.add_done_callback(active.discard)
         finally:
             for task in active:
                 task.cancel()

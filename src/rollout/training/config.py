@@ -82,6 +82,8 @@ class RunConfig(BaseModel):
     temperature: float = Field(1.0, gt=0)
     max_tokens: int | None = Field(None, ge=1)
     normalize_advantages: bool = True
+    entropy_coef: float = Field(0.0, ge=0)
+    """Weight of the entropy bonus in the policy-gradient loss (0: none)."""
     warmup_steps: int = Field(0, ge=0)
     warmup_learning_rate: float = Field(1e-3, gt=0)
     warmup_batch: int = Field(64, ge=1)

@@ -47,13 +47,11 @@ class LagGate:
     async def _read(self) -> LagState:
         began = time.time()
         self._refresh_began = began
-        settings = await self.ledger.settings(self.run_id)
-        latest = await self.ledger.latest_checkpoint(self.run_id)
-        acks = await self.ledger.serving_acks(self.run_id)
+        newest, serving, max_lag = await self.ledger.lag_view(self.run_id)
         state = LagState(
-            newest=latest.version if latest is not None else 0,
-            serving=min(acks.values()) if acks else None,
-            max_lag=int(settings.get("max_lag", self.default_max_lag)),
+            newest=newest if newest is not None else 0,
+            serving=serving,
+            max_lag=int(max_lag if max_lag is not None else self.default_max_lag),
             read_at=began,
         )
         if self._state is None or state.read_at >= self._state.read_at:

@@ -230,7 +230,11 @@ class Trainer:
             "lag_max": max(lags) if lags else 0.0,
         }
         if segments:
-            loss = LossConfig(kind="policy_gradient", importance=importance_config(config))
+            loss = LossConfig(
+                kind="policy_gradient",
+                importance=importance_config(config),
+                entropy_coef=config.entropy_coef,
+            )
             result = provider.forward_backward(TrainBatch(tuple(segments), loss=loss))
             metrics.update(result.metrics)
             metrics.update(provider.optim_step())

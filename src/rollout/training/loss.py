@@ -36,15 +36,23 @@ class LossConfig:
     Attributes:
         kind: "policy_gradient" (RL) or "supervised" (cross-entropy on the trained tokens).
         importance: The importance correction for the policy gradient.
+        entropy_coef: Weight of an entropy bonus: the loss minus `entropy_coef` times the mean
+            policy entropy over the trained positions (same per-token normalisation). A small
+            bonus keeps a policy from collapsing onto one answer before it has learned which.
     """
 
     kind: LossKind = "policy_gradient"
     importance: ImportanceConfig = field(default_factory=ImportanceConfig)
+    entropy_coef: float = 0.0
 
     def __post_init__(self) -> None:
         if self.kind not in ("policy_gradient", "supervised"):
             raise TrainingError(
                 f"LossConfig.kind must be 'policy_gradient' or 'supervised', got {self.kind!r}"
+            )
+        if not (self.entropy_coef >= 0 and self.entropy_coef < float("inf")):
+            raise TrainingError(
+                f"LossConfig.entropy_coef must be a finite number >= 0, got {self.entropy_coef!r}"
             )
 
 

@@ -311,7 +311,9 @@ class TorchProvider:
             groups.append(current)
         return groups
 
-    def _forward(self, segments: Sequence[Segment]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def _forward(
+        self, segments: Sequence[Segment], *, entropy_grad: bool = False
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         tensors = pad_segments(segments, self.pad_token_id, self.device)
         out = self.model(
             input_ids=tensors["input_ids"],
@@ -323,8 +325,8 @@ class TorchProvider:
         if self.temperature is not None:
             temperatures = torch.full_like(temperatures, self.temperature)
         logp = token_logprobs(logits, tensors["input_ids"], temperatures)
-        if self.compute_entropy:
-            with torch.no_grad():
+        if self.compute_entropy or entropy_grad:
+            with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
                 # Positions t-1 predict trained tokens t; chunked so [N, V] never materialises.
                 mask = tensors["loss_mask"][:, 1:]
                 rows = mask.nonzero(as_tuple=True)
@@ -334,7 +336,7 @@ class TorchProvider:
                     t = rows[1][start : start + _ENTROPY_CHUNK]
                     picked = logits[b, t].float() / temperatures[b][:, None]
                     logp_all = torch.log_softmax(picked, dim=-1)
-                    total += -(logp_all.exp() * logp_all).sum()
+                    total = total - (logp_all.exp() * logp_all).sum()
                 tensors["entropy_sum"] = total
         return logp, tensors
 
@@ -372,8 +374,9 @@ class TorchProvider:
         flat_versions: list[torch.Tensor] = []
         loss_total = 0.0
         entropy_sum = 0.0
+        entropy_coef = batch.loss.entropy_coef if batch.loss.kind == "policy_gradient" else 0.0
         for group in self._micro_batches(segs):
-            logp, tensors = self._forward([segs[i] for i in group])
+            logp, tensors = self._forward([segs[i] for i in group], entropy_grad=entropy_coef > 0)
             mask = tensors["loss_mask"]
             result: LossOutput
             if batch.loss.kind == "supervised":
@@ -393,10 +396,13 @@ class TorchProvider:
                 raise TrainingError(
                     f"loss is {result.metrics['loss']!r}: gradients discarded, no step taken"
                 )
-            result.loss.backward()
-            loss_total += result.metrics["loss"]
+            loss = result.loss
+            if entropy_coef > 0:  # the bonus, normalised like the loss: per trained token
+                loss = loss - entropy_coef * tensors["entropy_sum"] / total
+            loss.backward()
+            loss_total += float(loss.detach().item())
             if "entropy_sum" in tensors:
-                entropy_sum += float(tensors["entropy_sum"].item())
+                entropy_sum += float(tensors["entropy_sum"].detach().item())
             detached = logp.detach()
             rows = detached.cpu()
             for row, i in enumerate(group):
@@ -413,7 +419,7 @@ class TorchProvider:
             "loss_tokens": float(n),
             "sequences": float(len(segs)),
         }
-        if n and self.compute_entropy:
+        if n and (self.compute_entropy or entropy_coef > 0):
             metrics["train/entropy"] = entropy_sum / n
         if batch.loss.kind == "policy_gradient" and n:
             from rollout.training.importance import importance_weights
