@@ -79,7 +79,12 @@ async def _check_ledger(database_url: str, run_id: str, steps_taken: int) -> Non
     assert turns
     behind = [newest_at(t.started_at) - t.version for t in turns]
     # No turn began on a version more than max_lag behind the newest checkpoint.
-    assert max(behind) <= MAX_LAG, max(behind)
+    late = [
+        (round(t.started_at - times[bisect_right(times, t.started_at) - 1], 4), t.version, b)
+        for t, b in zip(turns, behind, strict=True)
+        if b > MAX_LAG
+    ]
+    assert not late, late[:10]  # (seconds after the newest checkpoint, version, behind)
     # Off-policy happened: some steps trained on turns sampled by an older version than the
     # weights being updated (lag is measured per trained turn by the trainer).
     assert max(step.metrics["lag_max"] for step in steps if step.step > 0) >= 1

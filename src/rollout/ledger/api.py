@@ -1114,8 +1114,10 @@ class Ledger:
             raise InvalidInput(f"checkpoint.version must be >= 0, got {checkpoint.version!r}")
         try:
             cursor = await conn.execute(
+                # created_at: the clock at the transaction's last statement, not its start, so
+                # it is within a commit of when the checkpoint became visible (max_lag checks).
                 "INSERT INTO checkpoints (run_id, version, parent_version, uri, kind, metadata,"
-                " lease_epoch) VALUES (%s, %s, %s, %s, %s, %s, %s)"
+                " lease_epoch, created_at) VALUES (%s, %s, %s, %s, %s, %s, %s, clock_timestamp())"
                 " ON CONFLICT DO NOTHING RETURNING 1",
                 (
                     checkpoint.run_id,
