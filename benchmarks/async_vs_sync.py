@@ -23,7 +23,7 @@ import tempfile
 from rollout.ledger import Ledger
 
 
-def train(state_dir: str, steps: int, max_lag: int) -> dict[str, object]:
+def train(state_dir: str, steps: int, max_lag: int, extra: list[str]) -> dict[str, object]:
     env = dict(os.environ, ROLLOUT_STATE_DIR=state_dir)
     env.pop("ROLLOUT_DATABASE_URL", None)
     result = subprocess.run(
@@ -43,6 +43,7 @@ def train(state_dir: str, steps: int, max_lag: int) -> dict[str, object]:
             "groups_per_step=4",
             "--set",
             "warmup_steps=20",
+            *(arg for setting in extra for arg in ("--set", setting)),
             "--json",
         ],
         capture_output=True,
@@ -68,12 +69,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--max-lag", type=int, default=3)
+    parser.add_argument(
+        "--queue-steps", type=int, default=8, help="async: steps of groups kept queued"
+    )
+    parser.add_argument("--concurrency", type=int, default=128, help="seats a runner plays")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     state_dir = tempfile.mkdtemp(prefix="rollout-bench-", dir="/var/tmp")
     results = {}
     for mode, lag in (("sync", 0), ("async", args.max_lag)):
-        summary = train(state_dir, args.steps, lag)
+        extra = [f"runner_concurrency={args.concurrency}", f"queue_steps={args.queue_steps}"]
+        summary = train(state_dir, args.steps, lag, extra)
         times = asyncio.run(step_times(state_dir, str(summary["run_id"])))
         # times[0] is the base checkpoint (after the warm-up); measure step 1 .. step N.
         results[mode] = {

@@ -6,12 +6,12 @@ The gateway uses it to reach the run's inference server: tokens in, tokens and l
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
-
-import httpx
 
 from rollout.contracts import Completion, SamplingParams
 from rollout.harness.errors import RolloutError
+from rollout.launch.httpclient import JsonHttpClient, TransportError
 
 
 class InferenceUnavailable(RolloutError):
@@ -48,10 +48,7 @@ class RemoteBackend:
         self.retries = retries
         self.retry_wait = retry_wait
         self._version = 0
-        self._http = httpx.AsyncClient(
-            timeout=httpx.Timeout(600.0, connect=5.0),
-            limits=httpx.Limits(max_connections=256, max_keepalive_connections=256),
-        )
+        self._http = JsonHttpClient(timeout=600.0, connect_timeout=5.0)
 
     @property
     def version(self) -> int:
@@ -61,20 +58,25 @@ class RemoteBackend:
         last: Exception | None = None
         for _ in range(self.retries):
             try:
-                response = await self._http.post(f"{self.base_url}{path}", json=body)
-            except httpx.TransportError as error:  # server restarting: wait and retry
+                response = await self._http.request(
+                    "POST",
+                    f"{self.base_url}{path}",
+                    data=json.dumps(body),
+                    headers={"Content-Type": "application/json"},
+                )
+            except TransportError as error:  # server restarting: wait and retry
                 last = error
                 await asyncio.sleep(self.retry_wait)
                 continue
-            if response.status_code >= 500:
-                last = InferenceUnavailable(f"{self.base_url}{path}: {response.status_code}")
+            if response.status >= 500:
+                last = InferenceUnavailable(f"{self.base_url}{path}: {response.status}")
                 await asyncio.sleep(self.retry_wait)
                 continue
-            if response.status_code != 200:
+            if response.status != 200:
                 raise InferenceUnavailable(
-                    f"{self.base_url}{path} answered {response.status_code}: {response.text[:300]}"
+                    f"{self.base_url}{path} answered {response.status}: {response.text[:300]}"
                 )
-            return response.json()
+            return json.loads(response.body)
         raise InferenceUnavailable(f"inference server {self.base_url} unavailable: {last}")
 
     async def sample(self, prompt_tokens: list[int], params: SamplingParams) -> Completion:
@@ -86,11 +88,17 @@ class RemoteBackend:
         return completion
 
     async def health(self) -> dict[str, Any]:
-        response = await self._http.get(f"{self.base_url}/health")
-        response.raise_for_status()
-        data = response.json()
+        try:
+            response = await self._http.request("GET", f"{self.base_url}/health")
+        except TransportError as error:
+            raise InferenceUnavailable(f"inference server {self.base_url}: {error}") from error
+        if response.status != 200:
+            raise InferenceUnavailable(
+                f"{self.base_url}/health answered {response.status}: {response.text[:300]}"
+            )
+        data = json.loads(response.body)
         self._version = int(data.get("version", self._version))
         return data
 
     async def close(self) -> None:
-        await self._http.aclose()
+        await self._http.close()

@@ -12,9 +12,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import httpx
-
 from rollout.contracts import Message, ToolCall, ToolSpec
+from rollout.launch.httpclient import JsonHttpClient, TransportError
 
 
 class GatewayCallError(RuntimeError):
@@ -77,7 +76,7 @@ class GatewayClient:
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.retry_seconds = retry_seconds
-        self._http = httpx.AsyncClient(timeout=timeout)
+        self._http = JsonHttpClient(timeout=timeout)
 
     async def complete(
         self,
@@ -99,20 +98,20 @@ class GatewayClient:
         deadline = time.monotonic() + self.retry_seconds
         while True:
             try:
-                response = await self._http.post(
-                    f"{self.base_url}/chat/completions", content=content, headers=headers
+                response = await self._http.request(
+                    "POST", f"{self.base_url}/chat/completions", data=content, headers=headers
                 )
-            except httpx.TransportError:  # the gateway is restarting: wait for it
+            except TransportError:  # the gateway is restarting: wait for it
                 if time.monotonic() > deadline:
                     raise
                 await asyncio.sleep(0.5)
                 continue
-            if response.status_code in (502, 503, 504) and time.monotonic() < deadline:
+            if response.status in (502, 503, 504) and time.monotonic() < deadline:
                 await asyncio.sleep(0.5)
                 continue
-            if response.status_code != 200:
-                raise GatewayCallError(response.status_code, response.text)
-            return message_from_openai(response.json()["choices"][0]["message"])
+            if response.status != 200:
+                raise GatewayCallError(response.status, response.text)
+            return message_from_openai(json.loads(response.body)["choices"][0]["message"])
 
     async def close(self) -> None:
-        await self._http.aclose()
+        await self._http.close()

@@ -88,6 +88,10 @@ class RunConfig(BaseModel):
     warmup_learning_rate: float = Field(1e-3, gt=0)
     warmup_batch: int = Field(64, ge=1)
     steps: int = Field(100, ge=1)
+    queue_steps: int | None = Field(None, ge=1)
+    """Steps' worth of groups kept queued beyond those trained (default max_lag + 1). Deeper
+    queues keep runners busy while long episodes hold up their groups; turns still start only
+    within max_lag of the newest checkpoint."""
     stop_at_reward: float | None = None
     """Finish early once the mean reward of the last three steps reaches this."""
     runners: int = Field(1, ge=1)

@@ -278,11 +278,15 @@ class Trainer:
     async def _queue_groups(
         self, environment: Environment, config: RunConfig, group_size: int, version: int
     ) -> None:
-        """Keep (max_lag + 1) steps of groups queued beyond those already trained."""
+        """Keep `queue_steps` (default max_lag + 1) steps of groups queued beyond those trained.
+
+        With max_lag 0 that is exactly the next step's groups: nothing overlaps (synchronous).
+        """
         settings = await self.ledger.settings(self.run_id)
         max_lag = int(settings.get("max_lag", config.max_lag))
+        ahead = max_lag + 1 if max_lag == 0 or config.queue_steps is None else config.queue_steps
         total = config.steps * config.groups_per_step
-        wanted = min(total, (version + max_lag + 1) * config.groups_per_step)
+        wanted = min(total, (version + ahead) * config.groups_per_step)
         have = int(settings.get("groups_queued", 0))
         if have >= wanted:
             return

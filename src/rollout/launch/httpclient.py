@@ -1,0 +1,73 @@
+"""A small JSON-over-HTTP client for the roles' hot paths (runner -> gateway -> inference).
+
+It wraps an aiohttp session, created lazily inside the running event loop (and again if the
+loop changed, as in tests that run several loops). aiohttp is used rather than httpx here
+because httpx's connection pool spends time quadratic in the number of concurrent requests
+(hundreds of seats in flight), which made the HTTP client the largest CPU cost of a turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import aiohttp
+
+
+class TransportError(Exception):
+    """The request never got an HTTP answer (connection refused or reset, timeout)."""
+
+
+@dataclass(frozen=True)
+class HttpResponse:
+    status: int
+    body: bytes
+
+    @property
+    def text(self) -> str:
+        return self.body.decode("utf-8", errors="replace")
+
+
+class JsonHttpClient:
+    """POST/GET with pooled keep-alive connections; transport failures raise TransportError."""
+
+    def __init__(
+        self, *, timeout: float = 600.0, connect_timeout: float = 5.0, max_connections: int = 512
+    ) -> None:
+        self._timeout = aiohttp.ClientTimeout(total=timeout, connect=connect_timeout)
+        self._max_connections = max_connections
+        self._session: aiohttp.ClientSession | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def _client(self) -> aiohttp.ClientSession:
+        loop = asyncio.get_running_loop()
+        if self._session is None or self._session.closed or self._loop is not loop:
+            self._session = aiohttp.ClientSession(
+                timeout=self._timeout,
+                connector=aiohttp.TCPConnector(limit=self._max_connections),
+            )
+            self._loop = loop
+        return self._session
+
+    async def request(
+        self,
+        method: str,
+        url: str,
+        *,
+        data: bytes | str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> HttpResponse:
+        try:
+            async with self._client().request(
+                method, url, data=data, headers=dict(headers or {})
+            ) as response:
+                return HttpResponse(response.status, await response.read())
+        except (TimeoutError, aiohttp.ClientConnectionError) as error:
+            raise TransportError(f"{method} {url}: {error!r}") from error
+
+    async def close(self) -> None:
+        session = self._session
+        if session is not None and not session.closed and self._loop is asyncio.get_running_loop():
+            await session.close()
+        self._session = None
