@@ -105,6 +105,14 @@ async def test_paused_runs_hand_out_no_seats(ledger: Ledger, run: RunRecord) -> 
     assert len(await _claim_all(ledger, run.run_id)) == 2
 
 
+async def test_finished_runs_hand_out_no_seats(ledger: Ledger, run: RunRecord) -> None:
+    await ledger.add_episodes(run.run_id, [EpisodeSpec(0, m, {}, m) for m in range(2)])
+    await ledger.set_setting(run.run_id, "finished", True)
+    assert await ledger.claim_seats("r", limit=5) == []  # leftovers of a finished run stay put
+    await ledger.set_setting(run.run_id, "finished", False)
+    assert len(await _claim_all(ledger, run.run_id)) == 2
+
+
 async def test_expired_claim_is_taken_over_and_the_old_attempt_is_fenced(
     ledger: Ledger, run: RunRecord
 ) -> None:

@@ -155,10 +155,14 @@ class LocalSupervisor:
             [int(r.config.get("training", {}).get("runner_concurrency", 32)) for r in active]
             or [32]
         )
+        # Supervising chosen runs: runners play only theirs, never seats left by other runs.
+        only = ["--run", runs[0].run_id] if self.run_filter is not None and len(runs) == 1 else []
         for index in range(wanted_runners):
             self._ensure(
                 f"runner-{index}",
-                role_argv("runner", "--concurrency", str(concurrency), "--name", f"runner-{index}"),
+                role_argv(
+                    "runner", "--concurrency", str(concurrency), "--name", f"runner-{index}", *only
+                ),
             )
         for run in active:
             inference_url, gateway_url = await self._run_urls(run.run_id)

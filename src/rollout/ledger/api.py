@@ -508,8 +508,9 @@ class Ledger:
         """Claim up to `limit` unclaimed seats (or ones whose claim expired: attempt + 1) in one
         transaction. SKIP LOCKED: concurrent claimers never get the same seat attempt.
 
-        Seats are handed out oldest episode first, only for runs that are not paused. Each claim
-        gets its own API key.
+        Seats are handed out oldest episode first, only for runs that are neither paused nor
+        finished (a finished run's leftover queued episodes are never played). Each claim gets
+        its own API key.
 
         Args:
             runner: Who claims (recorded with each claim).
@@ -538,7 +539,7 @@ class Ledger:
                       AND (%(kinds)s::text[] IS NULL OR s.kind = ANY(%(kinds)s::text[]))
                       AND NOT EXISTS (
                           SELECT 1 FROM current_settings p
-                          WHERE p.run_id = s.run_id AND p.key = 'paused'
+                          WHERE p.run_id = s.run_id AND p.key IN ('paused', 'finished')
                             AND p.value = 'true'::jsonb)
                     ORDER BY s.seq
                     LIMIT %(limit)s

@@ -21,6 +21,7 @@ from rollout.contracts import Message, ToolSpec
 from rollout.harness.core import Environment, RunContext
 from rollout.harness.errors import RolloutError, TaskError
 from rollout.harness.loading import load_environment
+from rollout.launch.httpclient import TransportError
 from rollout.ledger import Ledger, SeatClaim, StaleFence
 from rollout.runners.client import GatewayClient
 from rollout.runners.episode import SeatResult, make_task, play_seat
@@ -135,6 +136,16 @@ class Runner:
         except StaleFence:
             log.warning(
                 "seat %s/%s attempt %s was taken over", claim.episode_id, claim.agent, claim.attempt
+            )
+            return None
+        except TransportError as error:
+            # Infrastructure, not the episode: leave the seat unended so that it is played again
+            # (as a new attempt) once this claim expires.
+            log.warning(
+                "seat %s/%s abandoned, its gateway is unreachable: %s",
+                claim.episode_id,
+                claim.agent,
+                error,
             )
             return None
         finally:
