@@ -3,10 +3,12 @@
 Runs `rollout train` twice on `benchmarks.longtail:environment` with the cpu-tiny preset and the
 same number of steps: once synchronously (max_lag 0: each step's episodes are queued only after
 the previous step, every turn waits for the newest weights, nothing overlaps), once
-asynchronously (max_lag 3: runners keep playing up to three steps ahead while the trainer steps).
-It reports the wall time from the first to the last train step of each and their ratio.
+asynchronously (max_lag 3, `queue_steps` steps of groups kept queued: runners keep playing ahead
+while the trainer steps; no turn starts more than three versions behind). Both runs use the same
+runner concurrency. It reports the wall time from the first to the last train step of each and
+their ratio.
 
-    uv run python benchmarks/async_vs_sync.py [--steps 8] [--max-lag 3] [--json]
+    uv run python benchmarks/async_vs_sync.py [--steps 30] [--max-lag 3] [--queue-steps 8] [--json]
 """
 
 from __future__ import annotations
@@ -67,7 +69,7 @@ async def step_times(state_dir: str, run_id: str) -> list[float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--max-lag", type=int, default=3)
     parser.add_argument(
         "--queue-steps", type=int, default=8, help="async: steps of groups kept queued"

@@ -51,8 +51,8 @@ class ImportanceConfig(BaseModel):
 
     mode: Literal["tis", "icepop", "none"] = "tis"
     cap: float = Field(2.0, gt=0)
-    low: float = Field(0.5, gt=0)
-    high: float = Field(2.0, gt=0)
+    low: float = Field(0.5, gt=0, le=1)
+    high: float = Field(2.0, ge=1)
 
 
 class RunConfig(BaseModel):
