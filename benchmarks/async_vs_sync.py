@@ -3,12 +3,12 @@
 Runs `rollout train` twice on `benchmarks.longtail:environment` with the cpu-tiny preset and the
 same number of steps: once synchronously (max_lag 0: each step's episodes are queued only after
 the previous step, every turn waits for the newest weights, nothing overlaps), once
-asynchronously (max_lag 3, `queue_steps` steps of groups kept queued: runners keep playing ahead
-while the trainer steps; no turn starts more than three versions behind). Both runs use the same
+asynchronously (max_lag 3: runners keep playing up to four steps of groups ahead while the
+trainer steps, or `--queue-steps N`; no turn starts more than three versions behind). Both runs use the same
 runner concurrency. It reports the wall time from the first to the last train step of each and
 their ratio.
 
-    uv run python benchmarks/async_vs_sync.py [--steps 30] [--max-lag 3] [--queue-steps 8] [--json]
+    uv run python benchmarks/async_vs_sync.py [--steps 30] [--max-lag 3] [--queue-steps N] [--json]
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--max-lag", type=int, default=3)
     parser.add_argument(
-        "--queue-steps", type=int, default=8, help="async: steps of groups kept queued"
+        "--queue-steps", type=int, default=None, help="async: steps of groups kept queued"
     )
     parser.add_argument("--concurrency", type=int, default=128, help="seats a runner plays")
     parser.add_argument("--json", action="store_true")
@@ -80,7 +80,9 @@ def main() -> None:
     state_dir = tempfile.mkdtemp(prefix="rollout-bench-", dir="/var/tmp")
     results = {}
     for mode, lag in (("sync", 0), ("async", args.max_lag)):
-        extra = [f"runner_concurrency={args.concurrency}", f"queue_steps={args.queue_steps}"]
+        extra = [f"runner_concurrency={args.concurrency}"]
+        if args.queue_steps is not None:
+            extra.append(f"queue_steps={args.queue_steps}")
         summary = train(state_dir, args.steps, lag, extra)
         times = asyncio.run(step_times(state_dir, str(summary["run_id"])))
         # times[0] is the base checkpoint (after the warm-up); measure step 1 .. step N.
