@@ -4,9 +4,9 @@ Runs `rollout train` twice on `benchmarks.longtail:environment` with the cpu-tin
 same number of steps: once synchronously (max_lag 0: each step's episodes are queued only after
 the previous step, every turn waits for the newest weights, nothing overlaps), once
 asynchronously (max_lag 3: runners keep playing up to four steps of groups ahead while the
-trainer steps, or `--queue-steps N`; no turn starts more than three versions behind). Both runs use the same
-runner concurrency. It reports the wall time from the first to the last train step of each and
-their ratio.
+trainer steps, or `--queue-steps N`; no turn starts more than three versions behind). Both runs
+use the same runner concurrency. It reports the wall time from the first to the last train step
+of each and their ratio.
 
     uv run python benchmarks/async_vs_sync.py [--steps 30] [--max-lag 3] [--queue-steps N] [--json]
 """
