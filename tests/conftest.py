@@ -18,6 +18,9 @@ Postgres (a real server, never a mock):
   `/tmp/pytest-of-<user>` to mode 0700 whenever a session starts, which locks out the server's
   system user (as root, pgserver runs Postgres as user 'pgserver') and crashes it.
 
+State: `ROLLOUT_STATE_DIR` points at a private temporary folder for the whole session (unless
+it is set already), so nothing is written under `.rollout/` in the checkout.
+
 Blobs:
 
 - `blob_store` (function): a local `rollout.blobs.BlobStore` rooted in the test's tmp_path.
@@ -52,6 +55,22 @@ from rollout.ledger.migrate import apply_migrations, schema_fingerprint
 
 # Serialises template creation when several test sessions share one server.
 _TEMPLATE_LOCK = 0x726F6C6C6F7575
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_state_dir() -> Iterator[None]:
+    """Anything a test builds in the default state folder (the scripted model's tokenizer, ...)
+    goes to a private temporary folder, not `.rollout/` in the checkout."""
+    if os.environ.get("ROLLOUT_STATE_DIR"):
+        yield
+        return
+    folder = tempfile.mkdtemp(prefix="rollout-test-state-")
+    os.environ["ROLLOUT_STATE_DIR"] = folder
+    try:
+        yield
+    finally:
+        os.environ.pop("ROLLOUT_STATE_DIR", None)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
