@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
 from pathlib import Path
 
 from rollout.blobs import BlobStore
@@ -20,6 +21,17 @@ log = logging.getLogger("rollout.roles")
 
 async def _connect() -> Ledger:
     return await Ledger.connect(state_dir=str(state_dir()))
+
+
+async def advertise(ledger: Ledger, run_id: str, key: str, url: str) -> None:
+    """Record where this role serves the run (`inference_url`, `gateway_url`), so the roles that
+    call it find it however it was started. A wildcard bind is advertised by host name."""
+    scheme, _, rest = url.partition("://")
+    host, _, port = rest.rpartition(":")
+    if host in ("0.0.0.0", "[::]", "::"):
+        url = f"{scheme}://{socket.getfqdn()}:{port}"
+    if (await ledger.settings(run_id)).get(key) != url:
+        await ledger.set_setting(run_id, key, url)
 
 
 async def inference(stop: asyncio.Event, *, run: str, host: str, port: int) -> None:
@@ -36,6 +48,7 @@ async def inference(stop: asyncio.Event, *, run: str, host: str, port: int) -> N
             create_inference_app(backend, model=str(model_dir)), host=host, port=port
         )
         await server.start()
+        await advertise(ledger, record.run_id, "inference_url", server.url)
         log.info("inference for %s at %s", record.run_id, server.url)
         follower = ServingFollower(
             ledger,
@@ -81,6 +94,7 @@ async def gateway(stop: asyncio.Event, *, run: str, host: str, port: int) -> Non
         app = create_app(ledger, renderer, backend, model_name=record.name, admission=admission)
         server = AppServer(app, host=host, port=port)
         await server.start()
+        await advertise(ledger, record.run_id, "gateway_url", server.url)
         log.info("gateway for %s at %s/v1", record.run_id, server.url)
         try:
             await stop.wait()
