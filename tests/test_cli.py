@@ -112,6 +112,23 @@ def test_bad_preset_values_name_the_field(
     assert "learning_rate" in err and "max_lag" in err and "'many'" in err.replace('"', "'")
 
 
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ("backend=vllm", "backend 'vllm' is not available yet"),
+        ("provider=tinker", "provider 'tinker' is not available yet"),
+    ],
+)
+def test_backends_not_available_are_refused_before_anything_starts(
+    capsys: pytest.CaptureFixture[str], setting: str, message: str
+) -> None:
+    code, _, err = rollout(
+        capsys, "train", "parity.environment:environment", "--set", setting, "--cluster"
+    )
+    assert code == 2
+    assert message in err and "Traceback" not in err
+
+
 def test_model_init_writes_a_hugging_face_folder(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

@@ -173,6 +173,16 @@ def train_command(
     if max_lag is not None:
         updates["max_lag"] = max_lag
     config = config.model_copy(update=updates)
+    # Accepted by presets, but no role runs them yet: refuse before anything starts.
+    if config.backend != "local":
+        raise RolloutError(
+            f"backend {config.backend!r} is not available yet; the local roles serve with "
+            "backend 'local'"
+        )
+    if config.provider != "torch":
+        raise RolloutError(
+            f"provider {config.provider!r} is not available yet; the trainer runs provider 'torch'"
+        )
     model_path = resolve_model(config, model)
     from rollout.ledger import database_url as embedded_url
 
