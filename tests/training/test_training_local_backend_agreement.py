@@ -15,6 +15,7 @@ from rollout.training.providers.base import TrainBatch
 from rollout.training.providers.torch import TorchProvider
 from rollout.training.segments import Segment, build_segments
 from rollout.training.warmup import warmup_segment
+from tests.training.logprob_helpers import abs_diffs
 
 NUMBERS = ["123", "45678901", "7", "900210", "55", "31415926", "2024", "86"]
 
@@ -59,11 +60,6 @@ async def test_backend_serving_a_trainer_checkpoint_agrees_with_trainer_logprobs
         )
         segments.extend(build_segments([turn]))
     trainer = provider.logprobs(segments)
-    diffs = [
-        abs(a - b)
-        for seg, lp in zip(segments, trainer, strict=True)
-        for a, b, m in zip(lp, seg.sampler_logprobs, seg.loss_mask, strict=True)
-        if m
-    ]
+    diffs = abs_diffs(segments, trainer)
     assert sum(diffs) / len(diffs) < 1e-5
     assert max(diffs) < 1e-4

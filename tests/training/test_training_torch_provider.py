@@ -18,6 +18,7 @@ from rollout.training.providers.torch import TorchProvider
 from rollout.training.sampler import Sample, sample_batch
 from rollout.training.segments import Segment, build_segments
 from rollout.training.warmup import format_warmup, warmup_segment
+from tests.training.logprob_helpers import abs_diffs
 
 
 @pytest.fixture(scope="module")
@@ -70,15 +71,6 @@ def sample_segments(
         )
         segments.extend(build_segments([turn], advantages[i]))
     return segments
-
-
-def abs_diffs(segments: list[Segment], logprobs: list[tuple[float, ...]]) -> list[float]:
-    return [
-        abs(a - b)
-        for seg, lp in zip(segments, logprobs, strict=True)
-        for a, b, m in zip(lp, seg.sampler_logprobs, seg.loss_mask, strict=True)
-        if m
-    ]
 
 
 NUMBERS = ["123", "45678901", "7", "900210", "55", "31415926"]

@@ -20,6 +20,7 @@ from rollout.rendering import HFRenderer
 from rollout.runners.runner import Runner
 from rollout.training.providers.torch import TorchProvider
 from rollout.training.segments import build_segments
+from tests.training.logprob_helpers import abs_diffs
 
 
 class ThreeNumbers(Task):
@@ -77,12 +78,7 @@ async def test_gateway_recorded_logprobs_match_the_trainer(
 
     provider = TorchProvider(tiny_model_dir, lr=1e-3)
     trainer = provider.logprobs(segments)
-    diffs = [
-        abs(t - s)
-        for segment, scored in zip(segments, trainer, strict=True)
-        for t, s, m in zip(scored, segment.sampler_logprobs, segment.loss_mask, strict=True)
-        if m
-    ]
+    diffs = abs_diffs(segments, trainer)
     assert len(diffs) >= 6 * 3
     assert sum(diffs) / len(diffs) < 1e-5, (sum(diffs) / len(diffs), max(diffs))
     print(f"mean |diff| {sum(diffs) / len(diffs):.2e}, max {max(diffs):.2e}, {len(diffs)} tokens")

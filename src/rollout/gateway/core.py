@@ -26,7 +26,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeVar
 
 from rollout.contracts import (
     Completion,
@@ -198,6 +198,23 @@ def _seat_id(info: KeyInfo) -> SeatId:
     return (info.episode_id, info.agent, info.attempt)
 
 
+_R = TypeVar("_R")
+
+
+def _rendered(render: Callable[[], _R]) -> _R:
+    """Run a chat-template render; a template rejecting a conversation is the client's input."""
+    try:
+        return render()
+    except GatewayError:
+        raise
+    except Exception as exc:
+        raise GatewayError(
+            f"messages: the chat template cannot render this conversation: {exc}",
+            param="messages",
+            code="render_failed",
+        ) from exc
+
+
 class Gateway:
     """The pipeline behind every route.
 
@@ -297,16 +314,7 @@ class Gateway:
         return len(self._render(messages, tools))
 
     def _render(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> list[int]:
-        try:
-            return list(self.renderer.render(messages, tools))
-        except GatewayError:
-            raise
-        except Exception as exc:  # a template rejecting a conversation is the client's input
-            raise GatewayError(
-                f"messages: the chat template cannot render this conversation: {exc}",
-                param="messages",
-                code="render_failed",
-            ) from exc
+        return _rendered(lambda: list(self.renderer.render(messages, tools)))
 
     async def _match(
         self, info: KeyInfo, messages: Sequence[Message], tools: Sequence[ToolSpec]
@@ -330,17 +338,9 @@ class Gateway:
         return max(found, key=lambda item: (item[0], item[1].index))
 
     def _render_text(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> str:
-        assert self._text_renderer is not None
-        try:
-            return self._text_renderer(messages, tools)
-        except GatewayError:
-            raise
-        except Exception as exc:  # a template rejecting a conversation is the client's input
-            raise GatewayError(
-                f"messages: the chat template cannot render this conversation: {exc}",
-                param="messages",
-                code="render_failed",
-            ) from exc
+        text_renderer = self._text_renderer
+        assert text_renderer is not None
+        return _rendered(lambda: text_renderer(messages, tools))
 
     async def build_prompt(
         self, info: KeyInfo, messages: Sequence[Message], tools: Sequence[ToolSpec]

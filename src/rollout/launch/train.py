@@ -23,7 +23,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rollout.harness.errors import RolloutError
 from rollout.harness.loading import load_environment
 from rollout.launch.state import models_dir, state_dir
-from rollout.training.config import RunConfig, load_preset, parse_config
+from rollout.training.config import RunConfig, load_preset, parse_config, require_available
 
 
 def resolve_model(config: RunConfig, override: str | None) -> Path:
@@ -173,16 +173,7 @@ def train_command(
     if max_lag is not None:
         updates["max_lag"] = max_lag
     config = config.model_copy(update=updates)
-    # Accepted by presets, but no role runs them yet: refuse before anything starts.
-    if config.backend != "local":
-        raise RolloutError(
-            f"backend {config.backend!r} is not available yet; the local roles serve with "
-            "backend 'local'"
-        )
-    if config.provider != "torch":
-        raise RolloutError(
-            f"provider {config.provider!r} is not available yet; the trainer runs provider 'torch'"
-        )
+    require_available(config)  # before anything starts
     model_path = resolve_model(config, model)
     from rollout.ledger import database_url as embedded_url
 

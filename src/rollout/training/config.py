@@ -15,6 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rollout.harness.errors import RolloutError
+from rollout.training.errors import TrainingError
 
 
 class ModelInit(BaseModel):
@@ -97,6 +98,23 @@ class RunConfig(BaseModel):
     runners: int = Field(1, ge=1)
     runner_concurrency: int = Field(32, ge=1)
     seed: int = 0
+
+
+def require_available(config: RunConfig) -> None:
+    """Refuse a backend or provider that presets accept but no role runs yet.
+
+    Raises:
+        TrainingError: naming the field and its value.
+    """
+    if config.backend != "local":
+        raise TrainingError(
+            f"backend {config.backend!r} is not available yet; the local roles serve with "
+            "backend 'local'"
+        )
+    if config.provider != "torch":
+        raise TrainingError(
+            f"provider {config.provider!r} is not available yet; the trainer runs provider 'torch'"
+        )
 
 
 def presets_dir() -> Path:

@@ -34,7 +34,7 @@ from rollout.harness.loading import load_environment
 from rollout.ledger import CheckpointRecord, EpisodeSpec, GroupRecord, Lease, Ledger, ServingRecord
 from rollout.training.advantages import AdvantageConfig
 from rollout.training.batch import segments_of_groups
-from rollout.training.config import RunConfig
+from rollout.training.config import RunConfig, require_available
 from rollout.training.importance import ImportanceConfig
 from rollout.training.loss import LossConfig
 from rollout.training.providers.base import TrainBatch, TrainingProvider
@@ -58,10 +58,7 @@ def importance_config(config: RunConfig) -> ImportanceConfig:
 
 
 def make_provider(config: RunConfig, model_dir: Path) -> TorchProvider:
-    if config.provider != "torch":
-        from rollout.harness.errors import RolloutError
-
-        raise RolloutError(f"training provider {config.provider!r} is not available here")
+    require_available(config)
     return TorchProvider(
         model_dir,
         lora_rank=config.lora_rank,
