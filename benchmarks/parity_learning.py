@@ -56,7 +56,7 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
     from rollout.contracts import Turn
     from rollout.models import init_model
     from rollout.training.advantages import group_advantages
-    from rollout.training.importance import ImportanceConfig
+    from rollout.training.config import ImportanceConfig
     from rollout.training.loss import LossConfig
     from rollout.training.providers.base import TrainBatch
     from rollout.training.providers.torch import TorchProvider

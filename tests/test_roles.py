@@ -31,7 +31,7 @@ async def test_inference_and_gateway_advertise_where_they_serve(
     stop = asyncio.Event()
     try:
         run = await ledger.create_run(
-            "by-hand", "parity.environment:environment", {"model_path": str(model)}
+            "by-hand", "parity.environment:environment", {"model": str(model)}
         )
         # The gateway first, on a port of its own: it waits until an inference server appears.
         gateway = asyncio.create_task(roles.gateway(stop, run=run.run_id, host="127.0.0.1", port=0))

@@ -32,10 +32,14 @@ from pathlib import Path
 from typing import IO, Any
 from urllib.parse import parse_qs, urlsplit
 
+from rollout.errors import RolloutError
+from rollout.settings import get_settings
+from rollout.settings import state_dir as resolve_state_dir
+
 MARKER = ".rollout-complete"
 
 
-class BlobError(Exception):
+class BlobError(RolloutError):
     """A blob store failure (the message names the key or URL)."""
 
 
@@ -44,12 +48,11 @@ class BlobNotFound(BlobError, FileNotFoundError):
 
 
 def default_blob_url(state_dir: str | os.PathLike[str] | None = None) -> str:
-    """ROLLOUT_BLOB_URL, else `<state_dir>/blobs` (state_dir: ROLLOUT_STATE_DIR or `.rollout`)."""
-    env = os.environ.get("ROLLOUT_BLOB_URL")
-    if env and state_dir is None:
-        return env
-    root = state_dir or os.environ.get("ROLLOUT_STATE_DIR") or ".rollout"
-    return str(Path(root).expanduser().resolve() / "blobs")
+    """`<state_dir>/blobs` when `state_dir` is given, else the settings' blob URL
+    (ROLLOUT_BLOB_URL, else `<state>/blobs`)."""
+    if state_dir is not None:
+        return str(resolve_state_dir(state_dir) / "blobs")
+    return get_settings().blob_url
 
 
 class BlobStore:

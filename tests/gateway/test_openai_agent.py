@@ -13,8 +13,8 @@ import re
 from openai_agent.environment import CalculatorAgent, calculate, environment, final_number
 
 from rollout.harness import End, RunContext
+from rollout.harness.play import play_seat
 from rollout.inference.scripted import last_user_message
-from rollout.runners.episode import play_seat
 from tests.gateway.gateway_helpers import Serve
 
 

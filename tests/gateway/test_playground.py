@@ -8,7 +8,7 @@ from pathlib import Path
 import anthropic
 import openai
 
-from rollout.gateway import Playground, run_playground
+from rollout.launch.playground import Playground, run_playground
 from rollout.ledger import Ledger
 
 

@@ -11,7 +11,7 @@ from rollout.contracts import Message, SamplingParams
 from rollout.inference.remote import InferenceUnavailable, RemoteBackend
 from rollout.inference.scripted import ScriptedBackend
 from rollout.inference.server import create_inference_app
-from rollout.launch.http import AppServer
+from rollout.net.server import AppServer
 
 
 async def test_samples_over_http_like_the_backend_itself(tmp_path) -> None:

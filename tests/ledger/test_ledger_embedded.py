@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from rollout.ledger import Ledger, state_dir, stop_embedded
+from rollout.ledger import Ledger, stop_embedded
 from rollout.ledger.embedded import embedded_pid
+from rollout.settings import state_dir
 
 _CLIENT = """
 import asyncio, json, sys

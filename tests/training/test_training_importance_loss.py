@@ -6,9 +6,11 @@ import math
 
 import pytest
 import torch
+from pydantic import ValidationError
 
+from rollout.training.config import ImportanceConfig
 from rollout.training.errors import TrainingError
-from rollout.training.importance import ImportanceConfig, importance_weights
+from rollout.training.importance import importance_weights
 from rollout.training.loss import LossConfig, policy_gradient_loss, supervised_loss
 
 # Token ratios: exp(1) = 2.71828 (too high), 1, exp(-0.75) = 0.47237 (too low); the 4th is
@@ -24,7 +26,7 @@ def run(config: ImportanceConfig):
 
 
 def test_tis_truncates_at_the_cap() -> None:
-    r = run(ImportanceConfig(mode="tis", tis_cap=2.0))
+    r = run(ImportanceConfig(mode="tis", cap=2.0))
     assert r.weights.tolist()[0] == pytest.approx([2.0, 1.0, R2, 0.0])
     assert r.mask.tolist() == MASK
     assert r.metrics["is/truncated_frac"] == pytest.approx(1 / 3)
@@ -38,7 +40,7 @@ def test_tis_truncates_at_the_cap() -> None:
 
 
 def test_icepop_masks_tokens_outside_the_band() -> None:
-    r = run(ImportanceConfig(mode="icepop", icepop_low=0.5, icepop_high=2.0))
+    r = run(ImportanceConfig(mode="icepop", low=0.5, high=2.0))
     assert r.weights.tolist()[0] == [0.0, 1.0, 0.0, 0.0]
     assert r.mask.tolist() == [[False, True, False, False]]
     assert r.metrics["is/masked_frac"] == pytest.approx(2 / 3)
@@ -67,12 +69,14 @@ def test_no_trained_tokens_reports_only_the_count() -> None:
 
 
 def test_bad_inputs_are_rejected() -> None:
-    with pytest.raises(TrainingError, match=r"ImportanceConfig\.mode"):
+    with pytest.raises(ValidationError, match="mode"):
         ImportanceConfig(mode="clip")  # type: ignore[arg-type]
-    with pytest.raises(TrainingError, match="icepop band"):
-        ImportanceConfig(icepop_low=1.5)
-    with pytest.raises(TrainingError, match="tis_cap"):
-        ImportanceConfig(tis_cap=0.0)
+    with pytest.raises(ValidationError, match="low"):
+        ImportanceConfig(low=1.5)
+    with pytest.raises(ValidationError, match="high"):
+        ImportanceConfig(high=0.5)
+    with pytest.raises(ValidationError, match="cap"):
+        ImportanceConfig(cap=0.0)
     with pytest.raises(TrainingError, match="equal shapes"):
         importance_weights(torch.zeros(1, 2), torch.zeros(1, 3), torch.zeros(1, 2).bool())
     with pytest.raises(TrainingError, match=r"LossConfig\.kind"):
@@ -90,7 +94,7 @@ def pg(config: ImportanceConfig, advantages: torch.Tensor, num_tokens: float | N
 
 
 def test_policy_gradient_loss_with_tis() -> None:
-    out, grad = pg(ImportanceConfig(mode="tis", tis_cap=2.0), torch.tensor([2.0]))
+    out, grad = pg(ImportanceConfig(mode="tis", cap=2.0), torch.tensor([2.0]))
     # -(2*2*-1 + 1*2*-1 + R2*2*-1) / 3 trained tokens
     assert out.loss.item() == pytest.approx((4 + 2 + 2 * R2) / 3)
     assert grad == pytest.approx([-4 / 3, -2 / 3, -2 * R2 / 3, 0.0])

@@ -10,8 +10,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rollout.contracts import Turn
+from rollout.training.config import ImportanceConfig
 from rollout.training.errors import CheckpointError, TrainingError
-from rollout.training.importance import ImportanceConfig
 from rollout.training.loss import LossConfig
 from rollout.training.providers.base import TrainBatch, TrainingProvider
 from rollout.training.providers.torch import TorchProvider

@@ -14,8 +14,8 @@ from rollout.contracts import Message
 from rollout.gateway import create_app
 from rollout.harness import End, Environment, Observation, RunContext, Task
 from rollout.inference.local import LocalBackend
-from rollout.launch.http import AppServer
 from rollout.ledger import EpisodeSpec, Ledger
+from rollout.net.server import AppServer
 from rollout.rendering import HFRenderer
 from rollout.runners.runner import Runner
 from rollout.training.providers.torch import TorchProvider

@@ -7,7 +7,7 @@ import tempfile
 from pathlib import Path
 
 from rollout.blobs import BlobStore
-from rollout.harness.errors import RolloutError
+from rollout.errors import RolloutError
 
 BACKENDS = ("local", "vllm")
 

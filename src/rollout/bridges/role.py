@@ -7,7 +7,9 @@ import logging
 
 from rollout.blobs import BlobStore
 from rollout.bridges.convert import convert_checkpoint
-from rollout.ledger import Ledger
+from rollout.ledger import Ledger, RunRecord
+from rollout.training.config import RunSpec
+from rollout.training.errors import TrainingError
 
 log = logging.getLogger("rollout.bridge")
 
@@ -18,6 +20,18 @@ class Bridge:
         self.blobs = blobs
         self.poll = poll
         self._done: set[tuple[str, int, str]] = set()
+        self._specs: dict[str, RunSpec | None] = {}
+
+    def _spec(self, run: RunRecord) -> RunSpec | None:
+        """The run's spec; None for runs with nothing to convert (warned about once)."""
+        if run.run_id not in self._specs:
+            try:
+                spec: RunSpec | None = RunSpec.of(run)
+            except TrainingError as error:
+                log.warning("%s; not converting its checkpoints", error)
+                spec = None
+            self._specs[run.run_id] = spec if spec is None or spec.kind == "train" else None
+        return self._specs[run.run_id]
 
     async def sync_once(self) -> int:
         """Convert every checkpoint that lacks a conversion. Returns how many were made."""
@@ -26,7 +40,10 @@ class Bridge:
             settings = await self.ledger.settings(run.run_id)
             if settings.get("finished"):
                 continue
-            backends = [str(run.config.get("backend", "local"))]
+            spec = self._spec(run)
+            if spec is None:
+                continue
+            backends = [spec.backend]
             for checkpoint in await self.ledger.checkpoints(run.run_id):
                 for backend in backends:
                     key = (run.run_id, checkpoint.version, backend)

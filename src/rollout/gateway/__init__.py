@@ -6,15 +6,14 @@
   port (`.base_url` ends in `/v1`).
 - `Gateway` (core.py): the shared pipeline: keys, token-exact prompts, admission, sampling,
   parsing, recording.
-- `Playground`, `run_playground`, `run_gateway`: a model behind the gateway with a key for your
-  own agents (`rollout playground`), and the gateway alone (`rollout gateway`).
+- `admission.LagGate`: the max_lag admission hook (a turn waits until the served version is
+  within max_lag of the newest checkpoint).
 - `GatewayError`: errors answered to clients, rendered in each protocol's error shape.
 """
 
 from rollout.gateway.app import GatewayServer, create_app
 from rollout.gateway.core import Admission, CanonicalRequest, Gateway, TurnResult
 from rollout.gateway.errors import GatewayError
-from rollout.gateway.playground import Playground, run_gateway, run_playground
 
 __all__ = [
     "Admission",
@@ -22,9 +21,6 @@ __all__ = [
     "Gateway",
     "GatewayError",
     "GatewayServer",
-    "Playground",
     "TurnResult",
     "create_app",
-    "run_gateway",
-    "run_playground",
 ]

@@ -29,7 +29,7 @@ from rollout.gateway import chat_completions, messages, responses
 from rollout.gateway.core import Admission, Gateway, LedgerLike
 from rollout.gateway.errors import GatewayError, Protocol, error_body
 from rollout.inference.base import InferenceBackend
-from rollout.launch.http import AppServer
+from rollout.net.server import AppServer
 from rollout.rendering.base import Renderer
 
 log = logging.getLogger("rollout.gateway")

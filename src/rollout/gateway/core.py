@@ -37,9 +37,9 @@ from rollout.contracts import (
     ToolSpec,
     Turn,
 )
+from rollout.errors import RolloutError
 from rollout.gateway.errors import GatewayError
 from rollout.gateway.keys import KeyResolver, keys_from_headers
-from rollout.harness.errors import RolloutError
 from rollout.inference.base import InferenceBackend
 from rollout.inference.remote import InferenceUnavailable
 from rollout.ledger import KeyInfo, LedgerError, StaleFence

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from rollout.harness.errors import RolloutError
+from rollout.errors import RolloutError
 
 ErrorKind = Literal[
     "invalid_request",

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from rollout.harness.core import Environment, RunContext
 from rollout.harness.errors import TaskError
-from rollout.runners.episode import Complete, SeatResult, make_task, play_seat
+from rollout.harness.play import Complete, SeatResult, make_task, play_seat
 
 
 @dataclass

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-
-class RolloutError(Exception):
-    """Base class of rollout's user-facing errors; the CLI prints them without a traceback."""
+from rollout.errors import RolloutError
 
 
 class EnvironmentLoadError(RolloutError):

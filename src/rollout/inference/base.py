@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Protocol, runtime_checkable
 
 from rollout.contracts import Completion, SamplingParams
-from rollout.harness.errors import RolloutError
+from rollout.errors import RolloutError
 
 
 @runtime_checkable

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rollout.harness.errors import RolloutError
+from rollout.errors import RolloutError
 from rollout.inference.base import InferenceBackend
 from rollout.rendering.base import Renderer
 

@@ -10,8 +10,8 @@ import json
 from typing import Any
 
 from rollout.contracts import Completion, SamplingParams
-from rollout.harness.errors import RolloutError
-from rollout.launch.httpclient import JsonHttpClient, TransportError
+from rollout.errors import RolloutError
+from rollout.net.client import JsonHttpClient, TransportError
 
 
 class InferenceUnavailable(RolloutError):

@@ -21,8 +21,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rollout.launch.http import free_port
-from rollout.ledger import Ledger
+from rollout.ledger import Ledger, RunRecord
+from rollout.net.server import free_port
+from rollout.settings import Settings
+from rollout.training.config import RunConfig, RunSpec
+from rollout.training.errors import TrainingError
 
 log = logging.getLogger("rollout.up")
 
@@ -73,23 +76,21 @@ class LocalSupervisor:
     def __init__(
         self,
         ledger: Ledger,
-        database_url: str,
-        state_dir: Path,
+        settings: Settings,
         *,
         runs: list[str] | None = None,
         until_finished: bool = False,
         runners: int | None = None,
     ) -> None:
         self.ledger = ledger
-        self.database_url = database_url
-        self.state_dir = state_dir
+        self.settings = settings
         self.run_filter = runs
         self.until_finished = until_finished
         self.runner_count = runners
         self.processes: dict[str, ManagedProcess] = {}
-        env = dict(os.environ)
-        env["ROLLOUT_DATABASE_URL"] = database_url
-        env["ROLLOUT_STATE_DIR"] = str(state_dir)
+        self._specs: dict[str, RunSpec | None] = {}
+        # Every role uses this ledger's database and these settings, whatever started it.
+        env = {**os.environ, **settings.environ(ledger.url)}
         env.setdefault("PYTHONUNBUFFERED", "1")
         # Several roles share the machine's cores: one compute thread each avoids oversubscription.
         env.setdefault("OMP_NUM_THREADS", "1")
@@ -100,7 +101,7 @@ class LocalSupervisor:
         managed = self.processes.get(name)
         if managed is None:
             managed = ManagedProcess(
-                name, argv, self.state_dir / "logs" / f"{name}.log", dict(self.env)
+                name, argv, self.settings.logs_dir / f"{name}.log", dict(self.env)
             )
             self.processes[name] = managed
         now = time.monotonic()
@@ -113,6 +114,16 @@ class LocalSupervisor:
             managed.start()
             managed.next_start = now + min(30.0, 0.5 * 2 ** min(managed.restarts, 6))
         return managed
+
+    def _spec(self, run: RunRecord) -> RunSpec | None:
+        """The run's spec, or None (warned about once) when it has none this supervisor runs."""
+        if run.run_id not in self._specs:
+            try:
+                self._specs[run.run_id] = RunSpec.of(run)
+            except TrainingError as error:
+                log.warning("%s; not starting its roles", error)
+                self._specs[run.run_id] = None
+        return self._specs[run.run_id]
 
     def _retire(self, name: str) -> None:
         managed = self.processes.pop(name, None)
@@ -135,9 +146,11 @@ class LocalSupervisor:
         runs = await self.ledger.list_runs()
         if self.run_filter is not None:
             runs = [r for r in runs if r.run_id in self.run_filter or r.name in self.run_filter]
-        active = []
+        active: list[RunRecord] = []
+        presets: list[RunConfig] = []
         for run in runs:
-            if run.config.get("kind", "train") != "train":
+            spec = self._spec(run)
+            if spec is None or spec.training is None:
                 continue
             settings = await self.ledger.settings(run.run_id)
             if settings.get("finished"):
@@ -145,16 +158,12 @@ class LocalSupervisor:
                     self._retire(f"{role}-{run.name}")
                 continue
             active.append(run)
+            presets.append(spec.training)
         if self.until_finished and not active:
             return False
         self._ensure("bridge", role_argv("bridge"))
-        wanted_runners = self.runner_count or max(
-            [int(r.config.get("training", {}).get("runners", 1)) for r in active] or [1]
-        )
-        concurrency = max(
-            [int(r.config.get("training", {}).get("runner_concurrency", 32)) for r in active]
-            or [32]
-        )
+        wanted_runners = self.runner_count or max([p.runners for p in presets] or [1])
+        concurrency = max([p.runner_concurrency for p in presets] or [32])
         # Supervising chosen runs: runners play only theirs, never seats left by other runs.
         only = ["--run", runs[0].run_id] if self.run_filter is not None and len(runs) == 1 else []
         for index in range(wanted_runners):

@@ -13,14 +13,20 @@ import socket
 from pathlib import Path
 
 from rollout.blobs import BlobStore
-from rollout.launch.state import blob_url, state_dir
 from rollout.ledger import Ledger
+from rollout.settings import get_settings
+from rollout.training.config import RunSpec
 
 log = logging.getLogger("rollout.roles")
 
 
 async def _connect() -> Ledger:
-    return await Ledger.connect(state_dir=str(state_dir()))
+    return await Ledger.connect()
+
+
+def _cache(run_id: str, role: str) -> Path:
+    """This process's working folder for a run (downloaded checkpoints, scratch space)."""
+    return get_settings().cache_dir / run_id / f"{role}-{os.getpid()}"
 
 
 async def advertise(ledger: Ledger, run_id: str, key: str, url: str) -> None:
@@ -37,13 +43,14 @@ async def advertise(ledger: Ledger, run_id: str, key: str, url: str) -> None:
 async def inference(stop: asyncio.Event, *, run: str, host: str, port: int) -> None:
     from rollout.inference.local import LocalBackend
     from rollout.inference.server import ServingFollower, create_inference_app
-    from rollout.launch.http import AppServer
+    from rollout.net.server import AppServer
 
     ledger = await _connect()
     try:
         record = await ledger.get_run(run)
-        model_dir = Path(record.config["model_path"])
-        backend = LocalBackend(model_dir, device=record.config.get("device", "cpu"))
+        spec = RunSpec.of(record)
+        model_dir = Path(spec.model)
+        backend = LocalBackend(model_dir, device=spec.device)
         server = AppServer(
             create_inference_app(backend, model=str(model_dir)), host=host, port=port
         )
@@ -55,8 +62,8 @@ async def inference(stop: asyncio.Event, *, run: str, host: str, port: int) -> N
             backend,
             run_id=record.run_id,
             server_id=server.url,
-            blobs=BlobStore.from_url(blob_url()),
-            cache_dir=state_dir() / "cache" / record.run_id / f"inference-{os.getpid()}",
+            blobs=BlobStore.from_url(),
+            cache_dir=_cache(record.run_id, "inference"),
         )
         try:
             await follower.run(stop)
@@ -68,11 +75,11 @@ async def inference(stop: asyncio.Event, *, run: str, host: str, port: int) -> N
 
 
 async def gateway(stop: asyncio.Event, *, run: str, host: str, port: int) -> None:
+    from rollout.gateway.admission import LagGate
     from rollout.gateway.app import create_app
     from rollout.inference.remote import RemoteBackend
-    from rollout.launch.http import AppServer
+    from rollout.net.server import AppServer
     from rollout.rendering import HFRenderer
-    from rollout.training.lag import LagGate
 
     ledger = await _connect()
     try:
@@ -85,7 +92,7 @@ async def gateway(stop: asyncio.Event, *, run: str, host: str, port: int) -> Non
         if stop.is_set():
             return
         backend = RemoteBackend(str(inference_url))
-        renderer = HFRenderer(Path(record.config["model_path"]))
+        renderer = HFRenderer(Path(RunSpec.of(record).model))
         gate = LagGate(ledger, record.run_id, default_max_lag=int(settings.get("max_lag", 1)))
 
         async def admission(_key: object) -> None:
@@ -111,10 +118,8 @@ async def trainer(stop: asyncio.Event, *, run: str) -> None:
     ledger = await _connect()
     try:
         record = await ledger.get_run(run)
-        work = state_dir() / "cache" / record.run_id / f"trainer-{os.getpid()}"
-        await Trainer(ledger, BlobStore.from_url(blob_url()), record.run_id, work_dir=work).run(
-            stop
-        )
+        work = _cache(record.run_id, "trainer")
+        await Trainer(ledger, BlobStore.from_url(), record.run_id, work_dir=work).run(stop)
         if not stop.is_set():  # finished: stay until told to stop, so the supervisor is calm
             await stop.wait()
     finally:
@@ -148,22 +153,18 @@ async def bridge(stop: asyncio.Event) -> None:
 
     ledger = await _connect()
     try:
-        await Bridge(ledger, BlobStore.from_url(blob_url())).run(stop)
+        await Bridge(ledger, BlobStore.from_url()).run(stop)
     finally:
         await ledger.close()
 
 
 async def supervise(stop: asyncio.Event, *, runs: list[str] | None, until_finished: bool) -> None:
     from rollout.launch.local import LocalSupervisor
-    from rollout.ledger import database_url
 
-    url = os.environ.get("ROLLOUT_DATABASE_URL") or await asyncio.to_thread(
-        database_url, str(state_dir())
-    )
-    ledger = await Ledger.connect(url)
+    ledger = await _connect()
     try:
-        await LocalSupervisor(
-            ledger, url, state_dir(), runs=runs, until_finished=until_finished
-        ).run(stop)
+        await LocalSupervisor(ledger, get_settings(), runs=runs, until_finished=until_finished).run(
+            stop
+        )
     finally:
         await ledger.close()

@@ -12,13 +12,12 @@ import time
 import uuid
 from typing import Any
 
+from rollout.errors import RolloutError
 from rollout.gateway.app import create_app
-from rollout.harness.errors import RolloutError
 from rollout.harness.loading import load_environment
 from rollout.inference.factory import load_model
-from rollout.launch.http import AppServer
-from rollout.launch.state import state_dir
 from rollout.ledger import EpisodeSpec, Ledger
+from rollout.net.server import AppServer
 from rollout.runners.runner import Runner
 
 
@@ -26,7 +25,7 @@ async def play_one_episode(spec: str, *, model: str = "scripted", seed: int = 0)
     """Play one episode of `spec` against `model`; return its transcript and outcome."""
     environment = load_environment(spec)
     renderer, backend = load_model(model)
-    ledger = await Ledger.connect(state_dir=str(state_dir()))
+    ledger = await Ledger.connect()
     try:
         run = await ledger.create_run(
             f"{environment.name}-run-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}",

@@ -20,10 +20,16 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from rollout.harness.errors import RolloutError
+from rollout.errors import RolloutError
 from rollout.harness.loading import load_environment
-from rollout.launch.state import models_dir, state_dir
-from rollout.training.config import RunConfig, load_preset, parse_config, require_available
+from rollout.settings import get_settings
+from rollout.training.config import (
+    RunConfig,
+    RunSpec,
+    load_preset,
+    parse_config,
+    require_available,
+)
 
 
 def resolve_model(config: RunConfig, override: str | None) -> Path:
@@ -37,7 +43,7 @@ def resolve_model(config: RunConfig, override: str | None) -> Path:
 
         init = config.model.init
         # The tokenizer/template sources are part of the key: a changed recipe builds afresh.
-        path = models_dir() / f"{init.arch}-{init.key()}-{recipe_fingerprint()[:8]}"
+        path = get_settings().models_dir / f"{init.arch}-{init.key()}-{recipe_fingerprint()[:8]}"
         if not (path / "config.json").is_file():
             from rollout.models import init_model
             from rollout.models.tiny import DEFAULT_VOCAB_SIZE
@@ -97,17 +103,8 @@ async def create_run(
     try:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         run_name = name or f"{environment.name}-{stamp}-{uuid.uuid4().hex[:4]}"
-        record = await ledger.create_run(
-            run_name,
-            spec,
-            {
-                "kind": "train",
-                "training": config.model_dump(mode="json"),
-                "model_path": str(model_path),
-                "backend": config.backend,
-                "device": config.device,
-            },
-        )
+        run_spec = RunSpec(kind="train", model=str(model_path), training=config)
+        record = await ledger.create_run(run_name, spec, run_spec.model_dump(mode="json"))
         await ledger.set_setting(record.run_id, "max_lag", config.max_lag)
         sampling: dict[str, Any] = {"temperature": config.temperature}
         if config.max_tokens is not None:
@@ -175,9 +172,10 @@ def train_command(
     config = config.model_copy(update=updates)
     require_available(config)  # before anything starts
     model_path = resolve_model(config, model)
-    from rollout.ledger import database_url as embedded_url
+    from rollout.ledger import ledger_url
 
-    url = os.environ.get("ROLLOUT_DATABASE_URL") or embedded_url(str(state_dir()))
+    settings = get_settings()
+    url = ledger_url()
     run_id, run_name = asyncio.run(create_run(spec, config, model_path, name, url))
     console.print(
         f"run [bold]{run_name}[/] ({run_id}): {spec}, preset {config.name}, {config.steps} steps, "
@@ -187,8 +185,8 @@ def train_command(
         console.print("created; the cluster's trainer, gateway and runners will pick it up")
         return {"run_id": run_id, "name": run_name, "status": "created"}
 
-    env = dict(os.environ, ROLLOUT_DATABASE_URL=url, ROLLOUT_STATE_DIR=str(state_dir()))
-    log_path = state_dir() / "logs" / f"up-{run_name}.log"
+    env = {**os.environ, **settings.environ(url)}
+    log_path = settings.logs_dir / f"up-{run_name}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("ab") as log_file:
         supervisor = subprocess.Popen(

@@ -4,16 +4,15 @@
 - records.py: the frozen dataclasses it reads and writes.
 - errors.py: `LedgerError` and its subclasses (`StaleFence`, `NotFound`, `LeaseHeld`,
   `InvalidInput`).
-- embedded.py: the private Postgres under `<state_dir>/postgres` (`database_url`).
+- embedded.py: the private Postgres under `<state_dir>/postgres` (`database_url`), and
+  `ledger_url`, the one rule for which database a process uses.
 - migrate.py + migrations/*.sql: the schema, applied on start.
 - notify.py: the LISTEN connection behind `Ledger.wait`.
 - turns.py: batched, per-row fenced turn writes; adapters.py: fast binary array dumpers.
 """
 
-import os
-
 from rollout.ledger.api import Ledger, episode_id_for
-from rollout.ledger.embedded import database_url, state_dir, stop_embedded
+from rollout.ledger.embedded import database_url, ledger_url, stop_embedded
 from rollout.ledger.errors import InvalidInput, LeaseHeld, LedgerError, NotFound, StaleFence
 from rollout.ledger.migrate import apply_migrations
 from rollout.ledger.notify import CHANNELS
@@ -60,12 +59,5 @@ __all__ = [
     "database_url",
     "episode_id_for",
     "ledger_url",
-    "state_dir",
     "stop_embedded",
 ]
-
-
-def ledger_url(path: str | os.PathLike[str] | None = None) -> str:
-    """The URL every process should use: ROLLOUT_DATABASE_URL, else the embedded server's
-    (started or reused under `path`, else ROLLOUT_STATE_DIR, else `.rollout`)."""
-    return os.environ.get("ROLLOUT_DATABASE_URL") or database_url(path)

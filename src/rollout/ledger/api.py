@@ -48,7 +48,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from rollout.contracts import Turn
 from rollout.ledger.adapters import register_dumpers
-from rollout.ledger.embedded import database_url
+from rollout.ledger.embedded import ledger_url
 from rollout.ledger.errors import InvalidInput, LeaseHeld, LedgerError, NotFound, StaleFence
 from rollout.ledger.migrate import apply_migrations
 from rollout.ledger.notify import CHANNELS, Listener
@@ -236,9 +236,7 @@ class Ledger:
             max_size: The most connections the pool opens (bounds concurrent calls).
             migrate: Apply pending schema migrations first.
         """
-        resolved = url or os.environ.get("ROLLOUT_DATABASE_URL")
-        if not resolved:
-            resolved = await asyncio.to_thread(database_url, state_dir)
+        resolved = await asyncio.to_thread(ledger_url, url, state_dir=state_dir)
         if migrate:
             await apply_migrations(resolved)
         pool: AsyncConnectionPool[AsyncConnection[Any]] = AsyncConnectionPool(

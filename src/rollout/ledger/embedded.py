@@ -28,15 +28,9 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from rollout.ledger.errors import LedgerError
+from rollout.settings import get_settings, state_dir
 
-DEFAULT_STATE_DIR = ".rollout"
 DEFAULT_DATABASE = "rollout"
-
-
-def state_dir(path: str | os.PathLike[str] | None = None) -> Path:
-    """The state folder: `path`, else `ROLLOUT_STATE_DIR`, else `.rollout` in the current folder."""
-    chosen = path if path is not None else os.environ.get("ROLLOUT_STATE_DIR") or DEFAULT_STATE_DIR
-    return Path(chosen).expanduser().resolve()
 
 
 def _pgserver() -> Any:
@@ -64,7 +58,9 @@ def start_embedded(path: str | os.PathLike[str] | None = None) -> str:
         The URL of its `postgres` maintenance database.
     """
     folder = state_dir(path)
-    folder.mkdir(parents=True, exist_ok=True)
+    # pgserver checks for the data folder, then creates it: two processes starting at once race
+    # there. Created here first, it exists for both (pgserver serialises initdb and start).
+    (folder / "postgres").mkdir(parents=True, exist_ok=True)
     try:
         server = pgserver_handle(folder / "postgres")
     except Exception as error:  # pgserver raises plain exceptions (CalledProcessError, ...)
@@ -110,6 +106,13 @@ def database_url(
     server_url = start_embedded(path)
     ensure_database(server_url, database)
     return with_database(server_url, database)
+
+
+def ledger_url(url: str | None = None, *, state_dir: str | os.PathLike[str] | None = None) -> str:
+    """The database every process should use: `url`, else `ROLLOUT_DATABASE_URL`, else the
+    embedded server under `state_dir` (default: the settings' state folder), started or reused.
+    """
+    return url or get_settings().database_url or database_url(state_dir)
 
 
 def embedded_pid(path: str | os.PathLike[str] | None = None) -> int | None:

@@ -1,9 +1,11 @@
-"""The ledger's exceptions: one hierarchy under `LedgerError`."""
+"""The ledger's exceptions: `LedgerError` and its subclasses, under `RolloutError`."""
 
 from __future__ import annotations
 
+from rollout.errors import RolloutError
 
-class LedgerError(Exception):
+
+class LedgerError(RolloutError):
     """Base class of ledger errors."""
 
 
@@ -11,7 +13,7 @@ class StaleFence(LedgerError):
     """A write by a lease holder or claimant who has been fenced out (someone took over)."""
 
 
-class NotFound(LedgerError):
+class NotFound(LedgerError, LookupError):
     """A run, episode or key that does not exist (the message names it)."""
 
 

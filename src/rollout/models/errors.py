@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rollout.harness.errors import RolloutError
+from rollout.errors import RolloutError
 
 
 class ModelError(RolloutError, ValueError):

@@ -40,6 +40,7 @@ from rollout.models.tokenizer import (
     TokenizerKind,
     build_tokenizer,
 )
+from rollout.settings import state_dir as resolve_state_dir
 
 Arch = Literal["qwen3", "qwen2", "llama"]
 ARCHITECTURES: dict[str, tuple[Callable[..., PretrainedConfig], type[PreTrainedModel]]] = {
@@ -182,12 +183,11 @@ def default_tokenizer_dir(state_dir: str | os.PathLike[str] | None = None) -> Pa
 
     It holds no weights: it is what the scripted backend and the renderer need to run with
     nothing downloaded. The folder is `<state>/models/scripted`, where `<state>` is
-    `state_dir`, else `$ROLLOUT_STATE_DIR`, else `.rollout` in the working directory. It is
+    `state_dir`, else the settings' state folder (`rollout.settings`). It is
     rebuilt when the tokenizer recipe changes (a fingerprint file records which one built it)
     and written atomically, so concurrent callers never see a half-written folder.
     """
-    root = Path(state_dir or os.environ.get("ROLLOUT_STATE_DIR") or ".rollout")
-    target = root / "models" / "scripted"
+    target = resolve_state_dir(state_dir) / "models" / "scripted"
     fingerprint = recipe_fingerprint()
     stamp = target / "rollout-fingerprint.txt"
     if stamp.is_file() and stamp.read_text() == fingerprint:

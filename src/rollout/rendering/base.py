@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from rollout.contracts import Message, ToolSpec
-from rollout.harness.errors import RolloutError
+from rollout.errors import RolloutError
 
 
 class Renderer(Protocol):

@@ -13,10 +13,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rollout.contracts import Message, ToolCall, ToolSpec
-from rollout.launch.httpclient import JsonHttpClient, TransportError
+from rollout.errors import RolloutError
+from rollout.net.client import JsonHttpClient, TransportError
 
 
-class GatewayCallError(RuntimeError):
+class GatewayCallError(RolloutError):
     """The gateway answered a model call with an error."""
 
     def __init__(self, status: int, body: str) -> None:

@@ -18,13 +18,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rollout.contracts import Message, ToolSpec
+from rollout.errors import RolloutError
 from rollout.harness.core import Environment, RunContext
-from rollout.harness.errors import RolloutError, TaskError
+from rollout.harness.errors import TaskError
 from rollout.harness.loading import load_environment
-from rollout.launch.httpclient import TransportError
+from rollout.harness.play import SeatResult, make_task, play_seat
 from rollout.ledger import Ledger, SeatClaim, StaleFence
+from rollout.net.client import TransportError
 from rollout.runners.client import GatewayClient
-from rollout.runners.episode import SeatResult, make_task, play_seat
 
 log = logging.getLogger("rollout.runner")
 

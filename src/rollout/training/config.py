@@ -14,7 +14,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from rollout.harness.errors import RolloutError
+from rollout.errors import RolloutError
+from rollout.ledger.records import RunRecord
 from rollout.training.errors import TrainingError
 
 
@@ -45,15 +46,25 @@ class ModelSource(BaseModel):
     init: ModelInit | None = None
 
 
+ImportanceMode = Literal["tis", "icepop", "none"]
+
+
 class ImportanceConfig(BaseModel):
-    """Per-token importance weights: truncated IS (`tis`, cap C), IcePop-style masking, or none."""
+    """Which importance correction to apply (a preset's `importance:` block).
 
-    model_config = ConfigDict(extra="forbid")
+    Attributes:
+        mode: "tis", "icepop" or "none".
+        cap: Truncation C for `tis`: weight = min(ratio, C).
+        low: Lower edge of the `icepop` band (tokens with ratio < low are masked).
+        high: Upper edge of the `icepop` band (tokens with ratio > high are masked).
+    """
 
-    mode: Literal["tis", "icepop", "none"] = "tis"
-    cap: float = Field(2.0, gt=0)
-    low: float = Field(0.5, gt=0, le=1)
-    high: float = Field(2.0, ge=1)
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    mode: ImportanceMode = "tis"
+    cap: float = Field(default=2.0, gt=0)
+    low: float = Field(default=0.5, ge=0, le=1)
+    high: float = Field(default=2.0, ge=1)
 
 
 class RunConfig(BaseModel):
@@ -146,14 +157,68 @@ def load_preset(name_or_path: str) -> RunConfig:
 
 
 def parse_config(data: Any, *, source: str) -> RunConfig:
+    """Validate a preset's mapping; a problem raises one error naming each field and value."""
     if not isinstance(data, dict):
         raise RolloutError(f"{source}: a preset must be a mapping, got {type(data).__name__}")
     try:
         return RunConfig.model_validate(data)
     except ValidationError as error:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']} "
-            f"(got {json.dumps(e.get('input'), default=str)[:80]})"
-            for e in error.errors()
-        )
-        raise RolloutError(f"{source}: invalid preset: {problems}") from None
+        raise RolloutError(f"{source}: invalid preset: {_problems(error)}") from None
+
+
+def _problems(error: ValidationError) -> str:
+    return "; ".join(
+        f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']} "
+        f"(got {json.dumps(e.get('input'), default=str)[:80]})"
+        for e in error.errors()
+    )
+
+
+RunKind = Literal["train", "single", "playground"]
+
+
+class RunSpec(BaseModel):
+    """What a run records besides its environment (`RunRecord.config`), parsed once.
+
+    `rollout train` writes a `train` spec (the model folder and the whole preset); `rollout run`
+    a `single` one and `rollout playground` a `playground` one (the model only). Every role reads
+    the run through `RunSpec.of(record)`.
+
+    Example:
+        >>> spec = RunSpec(kind="single", model="scripted")
+        >>> spec.backend, spec.device, spec.training is None
+        ('local', 'cpu', True)
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: RunKind = "train"
+    model: str
+    """The model: a Hugging Face folder, or `scripted`."""
+    training: RunConfig | None = None
+    """The preset the run trains with (train runs)."""
+
+    @property
+    def backend(self) -> str:
+        """The inference backend that serves the run."""
+        return self.training.backend if self.training is not None else "local"
+
+    @property
+    def device(self) -> str:
+        return self.training.device if self.training is not None else "cpu"
+
+    def require_training(self, run: str) -> RunConfig:
+        """The run's preset; an error naming the run when it is not a train run."""
+        if self.training is None:
+            raise TrainingError(f"run {run!r} is a {self.kind!r} run: it has nothing to train")
+        return self.training
+
+    @classmethod
+    def of(cls, record: RunRecord) -> RunSpec:
+        """The spec of a `RunRecord`; an error naming the run and each bad field otherwise."""
+        try:
+            return cls.model_validate(record.config)
+        except ValidationError as error:
+            raise TrainingError(
+                f"run {record.name!r} ({record.run_id}) has no valid run spec: {_problems(error)}"
+            ) from None

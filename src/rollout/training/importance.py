@@ -15,7 +15,7 @@ Weights never carry gradient; the policy gradient flows through `logp_trainer` i
 >>> import torch
 >>> lt = torch.tensor([[0.0, -1.0, -1.0]]); ls = torch.tensor([[0.0, -2.0, -0.5]])
 >>> m = torch.tensor([[False, True, True]])
->>> r = importance_weights(lt, ls, m, ImportanceConfig(mode="tis", tis_cap=2.0))
+>>> r = importance_weights(lt, ls, m, ImportanceConfig(mode="tis", cap=2.0))
 >>> [round(x, 4) for x in r.weights[0].tolist()]
 [0.0, 2.0, 0.6065]
 """
@@ -23,46 +23,14 @@ Weights never carry gradient; the policy gradient flows through `logp_trainer` i
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 import torch
 
+from rollout.training.config import ImportanceConfig
 from rollout.training.errors import TrainingError
-
-ImportanceMode = Literal["tis", "icepop", "none"]
 
 _MAX_LOG_RATIO = 30.0
 """Log ratios are clamped here before exp so a wild token cannot overflow the metrics."""
-
-
-@dataclass(frozen=True)
-class ImportanceConfig:
-    """Which importance correction to apply.
-
-    Attributes:
-        mode: "tis", "icepop" or "none".
-        tis_cap: Truncation C for `tis`: weight = min(ratio, C).
-        icepop_low: Lower edge of the `icepop` band (tokens with ratio < low are masked).
-        icepop_high: Upper edge of the `icepop` band (tokens with ratio > high are masked).
-    """
-
-    mode: ImportanceMode = "tis"
-    tis_cap: float = 2.0
-    icepop_low: float = 0.5
-    icepop_high: float = 2.0
-
-    def __post_init__(self) -> None:
-        if self.mode not in ("tis", "icepop", "none"):
-            raise TrainingError(
-                f"ImportanceConfig.mode must be 'tis', 'icepop' or 'none', got {self.mode!r}"
-            )
-        if not self.tis_cap > 0:
-            raise TrainingError(f"ImportanceConfig.tis_cap must be > 0, got {self.tis_cap!r}")
-        if not 0 <= self.icepop_low <= 1 <= self.icepop_high:
-            raise TrainingError(
-                "ImportanceConfig icepop band must satisfy 0 <= low <= 1 <= high, got "
-                f"[{self.icepop_low!r}, {self.icepop_high!r}]"
-            )
 
 
 @dataclass(frozen=True)
@@ -111,12 +79,12 @@ def importance_weights(
         log_ratio = diff.clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)
         ratio = log_ratio.exp()
         if config.mode == "tis":
-            truncated = mask & (ratio > config.tis_cap)
-            weights = ratio.clamp(max=config.tis_cap)
+            truncated = mask & (ratio > config.cap)
+            weights = ratio.clamp(max=config.cap)
             out_mask = mask
             masked = torch.zeros_like(mask)
         elif config.mode == "icepop":
-            masked = mask & ((ratio < config.icepop_low) | (ratio > config.icepop_high))
+            masked = mask & ((ratio < config.low) | (ratio > config.high))
             out_mask = mask & ~masked
             weights = torch.ones_like(ratio)
             truncated = torch.zeros_like(mask)

@@ -34,8 +34,7 @@ from rollout.harness.loading import load_environment
 from rollout.ledger import CheckpointRecord, EpisodeSpec, GroupRecord, Lease, Ledger, ServingRecord
 from rollout.training.advantages import AdvantageConfig
 from rollout.training.batch import segments_of_groups
-from rollout.training.config import RunConfig, require_available
-from rollout.training.importance import ImportanceConfig
+from rollout.training.config import RunConfig, RunSpec, require_available
 from rollout.training.loss import LossConfig
 from rollout.training.providers.base import TrainBatch, TrainingProvider
 from rollout.training.providers.torch import TorchProvider
@@ -48,13 +47,6 @@ LEASE_SECONDS = 30.0
 
 def checkpoint_uri(run_id: str, version: int) -> str:
     return f"runs/{run_id}/checkpoints/v{version:06d}"
-
-
-def importance_config(config: RunConfig) -> ImportanceConfig:
-    imp = config.importance
-    return ImportanceConfig(
-        mode=imp.mode, tis_cap=imp.cap, icepop_low=imp.low, icepop_high=imp.high
-    )
 
 
 def make_provider(config: RunConfig, model_dir: Path) -> TorchProvider:
@@ -100,10 +92,11 @@ class Trainer:
 
     async def run(self, stop: asyncio.Event) -> None:
         run = await self.ledger.get_run(self.run_id)
-        self.backend = str(run.config.get("backend", "local"))
-        config = RunConfig.model_validate(run.config["training"])
+        spec = RunSpec.of(run)
+        self.backend = spec.backend
+        config = spec.require_training(run.name)
         environment = load_environment(run.environment)
-        model_dir = Path(run.config["model_path"])
+        model_dir = Path(spec.model)
         lease = await self._wait_for_lease(stop)
         if lease is None:
             return
@@ -229,7 +222,7 @@ class Trainer:
         if segments:
             loss = LossConfig(
                 kind="policy_gradient",
-                importance=importance_config(config),
+                importance=config.importance,
                 entropy_coef=config.entropy_coef,
             )
             result = provider.forward_backward(TrainBatch(tuple(segments), loss=loss))

@@ -23,8 +23,9 @@ from typing import Literal
 
 import torch
 
+from rollout.training.config import ImportanceConfig
 from rollout.training.errors import TrainingError
-from rollout.training.importance import ImportanceConfig, ImportanceResult, importance_weights
+from rollout.training.importance import ImportanceResult, importance_weights
 
 LossKind = Literal["policy_gradient", "supervised"]
 

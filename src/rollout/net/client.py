@@ -14,8 +14,10 @@ from dataclasses import dataclass
 
 import aiohttp
 
+from rollout.errors import RolloutError
 
-class TransportError(Exception):
+
+class TransportError(RolloutError, ConnectionError):
     """The request never got an HTTP answer (connection refused or reset, timeout)."""
 
 

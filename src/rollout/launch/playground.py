@@ -21,15 +21,15 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
+from rollout.errors import RolloutError
 from rollout.gateway.app import GatewayServer, create_app
 from rollout.gateway.core import Admission
-from rollout.harness.errors import RolloutError
 from rollout.inference.base import InferenceBackend
 from rollout.inference.factory import load_model
 from rollout.ledger import EpisodeSpec, NotFound, SeatClaim
+from rollout.settings import state_dir as resolve_state_dir
 
 log = logging.getLogger("rollout.gateway")
 
@@ -42,8 +42,8 @@ class Playground:
     Args:
         model: `scripted` or a Hugging Face model folder (see `rollout.inference.factory`).
         port: the gateway's port (0: a free one).
-        state_dir: where the embedded Postgres and cached tokenizers live (default
-            ROLLOUT_STATE_DIR or `.rollout`).
+        state_dir: where the embedded Postgres and cached tokenizers live (default: the
+            settings' state folder, see `rollout.settings`).
         database_url: a Postgres URL instead of the embedded one.
         host: the address to listen on (loopback by default).
         lease_seconds: how long the seat's claim lasts between heartbeats.
@@ -62,7 +62,7 @@ class Playground:
     ) -> None:
         self.model = model
         self.port = port
-        self.state_dir = Path(state_dir or os.environ.get("ROLLOUT_STATE_DIR") or ".rollout")
+        self.state_dir = resolve_state_dir(state_dir)
         self.database_url = database_url
         self.host = host
         self.lease_seconds = lease_seconds
@@ -245,7 +245,7 @@ async def run_gateway(
     """
     from rollout.ledger import Ledger
 
-    root = Path(state_dir or os.environ.get("ROLLOUT_STATE_DIR") or ".rollout")
+    root = resolve_state_dir(state_dir)
     ledger = await Ledger.connect(database_url, state_dir=str(root))
     try:
         renderer, backend = load_model(model, state_dir=root)

@@ -10,6 +10,12 @@ from typing import Any
 
 import uvicorn
 
+from rollout.errors import RolloutError
+
+
+class ServerError(RolloutError, OSError):
+    """A server could not start listening (the port is taken, the address is not ours)."""
+
 
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -58,7 +64,7 @@ class AppServer:
     @property
     def port(self) -> int:
         if self._port == 0:
-            raise RuntimeError("AppServer.port: the server is not started")
+            raise ServerError("AppServer.port: the server is not started")
         return self._port
 
     @property
@@ -80,7 +86,7 @@ class AppServer:
         try:
             await self._server.serve()
         except SystemExit as exc:  # uvicorn exits the process when it cannot bind
-            raise RuntimeError(f"server could not listen on {self.host}:{self._port}") from exc
+            raise ServerError(f"server could not listen on {self.host}:{self._port}") from exc
 
     async def start(self) -> AppServer:
         """Listen; returns once the server accepts connections (`port` is then known)."""
@@ -90,7 +96,7 @@ class AppServer:
         while not self._server.started:
             if self._task.done():
                 self._task.result()  # raises the startup error (port in use, ...)
-                raise RuntimeError(f"server on {self.host}:{self._port} did not start")
+                raise ServerError(f"server on {self.host}:{self._port} did not start")
             await asyncio.sleep(0.01)
         sockets = [s for server in self._server.servers for s in server.sockets]
         self._port = sockets[0].getsockname()[1]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+from rollout.gateway.admission import LagGate
 from rollout.ledger import CheckpointRecord, Ledger
-from rollout.training.lag import LagGate
 
 
 async def publish(ledger: Ledger, run_id: str, version: int) -> None:

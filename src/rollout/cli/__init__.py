@@ -1,0 +1,56 @@
+"""The `rollout` command, a module per command group.
+
+- `env`: `rollout env check`, `rollout run` (an environment's first episodes);
+- `runs`: `rollout runs ...`, `rollout episodes ...` (look inside runs, steer them);
+- `models`: `rollout model init`;
+- `roles`: the long-running roles (`inference`, `gateway`, `playground`, `trainer`, `runner`,
+  `bridge`, `up`);
+- `train`: `rollout train`;
+- `common`: consoles, shared options, running async work.
+
+Every command prints user errors (bad input, missing runs, broken environments) as one red line
+without a traceback, and exits 2. `--json` gives machine-readable output where it makes sense.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from rollout.cli import env, models, roles, runs, train
+from rollout.cli.common import err_console
+from rollout.errors import RolloutError
+
+app = typer.Typer(
+    name="rollout",
+    help="Train language-model agents with asynchronous RL on long, multi-turn episodes.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+app.add_typer(env.env_app, name="env")
+app.add_typer(runs.runs_app, name="runs")
+app.add_typer(runs.episodes_app, name="episodes")
+app.add_typer(models.model_app, name="model")
+app.command("run")(env.run_episode)
+app.command("train")(train.train)
+app.command("inference")(roles.inference_role)
+app.command("gateway")(roles.gateway_role)
+app.command("playground")(roles.playground)
+app.command("trainer")(roles.trainer_role)
+app.command("runner")(roles.runner_role)
+app.command("bridge")(roles.bridge_role)
+app.command("up")(roles.up)
+
+
+def main() -> None:
+    """Entry point: user errors print as one line, without a traceback."""
+    try:
+        app()
+    except RolloutError as error:
+        err_console.print(f"[red]error:[/] {error}", highlight=False)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        err_console.print("interrupted")
+        sys.exit(130)

@@ -1,0 +1,46 @@
+"""`rollout model init`: tiny models of real architectures, built locally."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from rollout.cli.common import console
+from rollout.errors import RolloutError
+
+model_app = typer.Typer(help="Build tiny local models.", no_args_is_help=True)
+
+
+@model_app.command("init")
+def model_init(
+    name: Annotated[str, typer.Argument(help="A name for the model (recorded in its config).")],
+    out: Annotated[str, typer.Option("--out", help="Folder to write the model to.")],
+    arch: Annotated[str, typer.Option(help="qwen3, qwen2 or llama.")] = "qwen3",
+    hidden: Annotated[int, typer.Option(min=8, help="Hidden size.")] = 128,
+    layers: Annotated[int, typer.Option(min=1, help="Number of layers.")] = 2,
+    heads: Annotated[int, typer.Option(min=1, help="Attention heads.")] = 4,
+    kv_heads: Annotated[int, typer.Option(min=1, help="Key/value heads.")] = 2,
+    tokenizer: Annotated[str, typer.Option(help="'bytes' (byte-level BPE) or 'chars'.")] = "bytes",
+    seed: Annotated[int, typer.Option(help="Initialisation seed.")] = 0,
+) -> None:
+    """Build a tiny random model of a real architecture, saved in the Hugging Face layout."""
+    from rollout.models import init_model
+
+    if arch not in ("qwen3", "qwen2", "llama"):
+        raise RolloutError(f"--arch must be qwen3, qwen2 or llama, got {arch!r}")
+    if tokenizer not in ("bytes", "chars"):
+        raise RolloutError(f"--tokenizer must be bytes or chars, got {tokenizer!r}")
+    path = init_model(
+        out,
+        name=name,
+        arch=arch,  # type: ignore[arg-type]  # checked above
+        hidden=hidden,
+        layers=layers,
+        heads=heads,
+        kv_heads=kv_heads,
+        tokenizer=tokenizer,  # type: ignore[arg-type]  # checked above
+        seed=seed,
+    )
+    files = ", ".join(sorted(p.name for p in path.iterdir()))
+    console.print(f"wrote {name} ({arch}, hidden {hidden}, {layers} layers) to {path}: {files}")

@@ -1,0 +1,142 @@
+"""`rollout runs ...` and `rollout episodes ...`: look inside runs and steer them."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from rollout.cli.common import JsonFlag, console, print_json, query, run_async
+from rollout.errors import RolloutError
+
+runs_app = typer.Typer(help="List, inspect and steer runs.", no_args_is_help=True)
+episodes_app = typer.Typer(help="Inspect episodes and their turns.", no_args_is_help=True)
+
+
+@runs_app.command("list")
+def runs_list(as_json: JsonFlag = False) -> None:
+    """List runs, newest first."""
+    from rollout.monitor.queries import run_summaries
+
+    rows = query(run_summaries)
+    if as_json:
+        print_json(rows)
+        return
+    table = Table("run", "name", "environment", "steps", "episodes", "reward", "state")
+    for row in rows:
+        reward = row["last_reward"]
+        table.add_row(
+            row["run_id"],
+            row["name"],
+            row["environment"],
+            str(row["steps"]),
+            str(row["episodes_ended"]),
+            "-" if reward is None else f"{reward:.3f}",
+            row["state"],
+        )
+    console.print(table)
+
+
+@runs_app.command("show")
+def runs_show(
+    run: Annotated[str, typer.Argument(help="Run id or name.")], as_json: JsonFlag = False
+) -> None:
+    """A run's settings, train steps and checkpoints."""
+    from rollout.monitor.queries import run_detail
+
+    detail = query(lambda ledger: run_detail(ledger, run))
+    if as_json:
+        print_json(detail)
+        return
+    from rollout.monitor.render import print_run
+
+    print_run(console, detail)
+
+
+async def _set_settings(run: str, values: dict[str, Any]) -> str:
+    from rollout.ledger import Ledger
+
+    ledger = await Ledger.connect()
+    try:
+        record = await ledger.get_run(run)
+        for key, value in values.items():
+            await ledger.set_setting(record.run_id, key, value)
+        return record.run_id
+    finally:
+        await ledger.close()
+
+
+@runs_app.command("set")
+def runs_set(
+    run: Annotated[str, typer.Argument(help="Run id or name.")],
+    max_lag: Annotated[
+        int | None,
+        typer.Option("--max-lag", min=0, help="Turns begin only on versions >= newest - N."),
+    ] = None,
+) -> None:
+    """Change a run's settings mid-run (effective for turns that begin afterwards)."""
+    values: dict[str, Any] = {}
+    if max_lag is not None:
+        values["max_lag"] = max_lag
+    if not values:
+        raise RolloutError("nothing to set: pass --max-lag N")
+    run_id = run_async(_set_settings(run, values))
+    console.print(f"{run_id}: " + ", ".join(f"{k} = {v}" for k, v in values.items()))
+
+
+@runs_app.command("pause")
+def runs_pause(run: Annotated[str, typer.Argument(help="Run id or name.")]) -> None:
+    """Stop handing out new episodes (episodes in flight finish)."""
+    run_id = run_async(_set_settings(run, {"paused": True}))
+    console.print(f"{run_id}: paused")
+
+
+@runs_app.command("resume")
+def runs_resume(run: Annotated[str, typer.Argument(help="Run id or name.")]) -> None:
+    """Hand out episodes again."""
+    run_id = run_async(_set_settings(run, {"paused": False}))
+    console.print(f"{run_id}: resumed")
+
+
+@episodes_app.command("show")
+def episodes_show(
+    episode: Annotated[str, typer.Argument(help="Episode id.")],
+    as_json: JsonFlag = False,
+) -> None:
+    """Every turn of an episode: prompt and completion token ids, logprobs, version."""
+    from rollout.monitor.queries import episode_detail
+
+    detail = query(lambda ledger: episode_detail(ledger, episode))
+    if as_json:
+        print_json(detail)
+        return
+    from rollout.monitor.render import print_episode
+
+    print_episode(console, detail)
+
+
+@episodes_app.command("list")
+def episodes_list(
+    run: Annotated[str, typer.Argument(help="Run id or name.")],
+    limit: Annotated[int, typer.Option(min=1, help="How many.")] = 20,
+    as_json: JsonFlag = False,
+) -> None:
+    """The latest episodes of a run."""
+    from rollout.monitor.queries import episode_rows
+
+    rows = query(lambda ledger: episode_rows(ledger, run, limit))
+    if as_json:
+        print_json(rows)
+        return
+    table = Table("episode", "group", "member", "seats ended", "reward", "turns")
+    for row in rows:
+        table.add_row(
+            row["episode_id"],
+            str(row["group_index"]),
+            str(row["member"]),
+            f"{row['seats_ended']}/{row['agents']}",
+            "-" if row["reward"] is None else f"{row['reward']:g}",
+            str(row["turns"]),
+        )
+    console.print(table)

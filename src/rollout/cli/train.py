@@ -1,0 +1,43 @@
+"""`rollout train`: create a run from a preset and train it with live progress."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from rollout.cli.common import JsonFlag, console, err_console, print_json
+
+
+def train(
+    spec: Annotated[str, typer.Argument(help="The environment, as MODULE:ATTR.")],
+    preset: Annotated[str, typer.Option(help="Preset name or YAML file.")] = "cpu-tiny",
+    steps: Annotated[int | None, typer.Option(min=1, help="Optimizer steps.")] = None,
+    max_lag: Annotated[int | None, typer.Option("--max-lag", min=0, help="max_lag.")] = None,
+    name: Annotated[str | None, typer.Option(help="Run name (default: generated).")] = None,
+    model: Annotated[str | None, typer.Option(help="Model folder (overrides the preset).")] = None,
+    cluster: Annotated[
+        bool, typer.Option(help="Only create the run; the cluster's roles pick it up.")
+    ] = False,
+    overrides: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="Override a preset field: KEY=VALUE (YAML value; repeatable)."),
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Create a run and train it, showing live progress; ends with a summary."""
+    from rollout.launch.train import train_command
+
+    summary = train_command(
+        spec,
+        preset=preset,
+        overrides=overrides or [],
+        steps=steps,
+        max_lag=max_lag,
+        name=name,
+        model=model,
+        cluster=cluster,
+        console=err_console if as_json else console,
+    )
+    if as_json:
+        print_json(summary)

@@ -1,0 +1,28 @@
+"""The exception hierarchy of the platform: one root, `RolloutError`.
+
+Every error rollout raises on purpose derives from `RolloutError`, so the CLI (and any caller)
+catches the platform's errors in one place and prints them as one line, without a traceback.
+Where a built-in exception says the same thing, a class derives from it too (`ValueError` for
+bad input, `LookupError` for something missing), so code written against the standard
+exceptions keeps working. Each package defines the subclasses it raises next to its code
+(`rollout.ledger.errors`, `rollout.harness.errors`, ...); they all descend from this root.
+
+Messages name the offending field and show the value, shortened with `describe`.
+
+Example:
+    >>> from rollout.errors import RolloutError, describe
+    >>> issubclass(RolloutError, Exception)
+    True
+    >>> describe("x" * 200)[:12]
+    "'xxxxxxxxxxx"
+"""
+
+from __future__ import annotations
+
+from rolloutlib.errors import describe
+
+__all__ = ["RolloutError", "describe"]
+
+
+class RolloutError(Exception):
+    """Base class of every error the platform raises on purpose."""

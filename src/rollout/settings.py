@@ -1,0 +1,105 @@
+"""Where the platform keeps its state and finds its services: one object, read from the environment.
+
+Every process reads the same three variables, in one place:
+
+- `ROLLOUT_STATE_DIR`: the state folder (default `.rollout` in the current folder). It holds the
+  embedded Postgres (`postgres/`), the local blob store (`blobs/`), models built on demand
+  (`models/`), per-process caches (`cache/`) and the supervisor's logs (`logs/`).
+- `ROLLOUT_DATABASE_URL`: an external Postgres; unset, the embedded one under the state folder.
+- `ROLLOUT_BLOB_URL`: a folder or `s3://bucket/prefix`; unset, `<state>/blobs`.
+
+`get_settings()` returns the `Settings` of the current environment. It is read once and kept;
+a changed environment (a test that sets a variable) is read again.
+
+Example:
+    >>> settings = Settings.from_environ({"ROLLOUT_STATE_DIR": "/srv/rollout"})
+    >>> str(settings.state_dir), settings.database_url, settings.blob_url
+    ('/srv/rollout', None, '/srv/rollout/blobs')
+    >>> str(settings.models_dir)
+    '/srv/rollout/models'
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+STATE_DIR_VAR = "ROLLOUT_STATE_DIR"
+DATABASE_URL_VAR = "ROLLOUT_DATABASE_URL"
+BLOB_URL_VAR = "ROLLOUT_BLOB_URL"
+ENVIRONMENT_VARIABLES = (STATE_DIR_VAR, DATABASE_URL_VAR, BLOB_URL_VAR)
+DEFAULT_STATE_DIR = ".rollout"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The platform's settings (see the module docstring)."""
+
+    state_dir: Path
+    """The state folder, absolute."""
+    database_url: str | None
+    """An external Postgres URL, or None for the embedded server under `state_dir`."""
+    blob_url: str
+    """Where checkpoints and other blobs go: a folder or an `s3://` URL."""
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """Read the settings from `environ` (default: `os.environ`)."""
+        env = os.environ if environ is None else environ
+        state = Path(env.get(STATE_DIR_VAR) or DEFAULT_STATE_DIR).expanduser().resolve()
+        return cls(
+            state_dir=state,
+            database_url=env.get(DATABASE_URL_VAR) or None,
+            blob_url=env.get(BLOB_URL_VAR) or str(state / "blobs"),
+        )
+
+    @property
+    def postgres_dir(self) -> Path:
+        """The embedded Postgres' data folder."""
+        return self.state_dir / "postgres"
+
+    @property
+    def models_dir(self) -> Path:
+        """Models and tokenizers built on demand."""
+        return self.state_dir / "models"
+
+    @property
+    def cache_dir(self) -> Path:
+        """Per-process working copies (downloaded checkpoints, trainer scratch space)."""
+        return self.state_dir / "cache"
+
+    @property
+    def logs_dir(self) -> Path:
+        """The local supervisor's role logs."""
+        return self.state_dir / "logs"
+
+    def environ(self, database_url: str | None = None) -> dict[str, str]:
+        """The variables that give a child process these settings (and `database_url`)."""
+        env = {STATE_DIR_VAR: str(self.state_dir), BLOB_URL_VAR: self.blob_url}
+        url = database_url or self.database_url
+        if url:
+            env[DATABASE_URL_VAR] = url
+        return env
+
+
+@lru_cache(maxsize=8)
+def _settings_for(snapshot: tuple[str | None, ...], cwd: str) -> Settings:
+    del cwd  # part of the cache key: a relative state folder depends on it
+    pairs = zip(ENVIRONMENT_VARIABLES, snapshot, strict=True)
+    return Settings.from_environ({name: value for name, value in pairs if value is not None})
+
+
+def get_settings() -> Settings:
+    """The settings of the current environment (read once per distinct environment)."""
+    snapshot = tuple(os.environ.get(name) for name in ENVIRONMENT_VARIABLES)
+    return _settings_for(snapshot, os.getcwd())
+
+
+def state_dir(path: str | os.PathLike[str] | None = None) -> Path:
+    """The state folder: `path` when given (absolute), else the settings' one."""
+    if path is None:
+        return get_settings().state_dir
+    return Path(path).expanduser().resolve()
