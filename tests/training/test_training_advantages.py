@@ -7,7 +7,7 @@ import math
 import pytest
 
 from rollout.contracts import Turn
-from rollout.ledger.api import EpisodeRecord, GroupRecord, SeatEnd
+from rollout.ledger import EpisodeRecord, GroupRecord, SeatEnd
 from rollout.training.advantages import AdvantageConfig, group_advantages, seat_advantages
 from rollout.training.batch import group_segments
 from rollout.training.errors import TrainingError

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from rollout.ledger.api import GroupRecord
+from rollout.ledger import GroupRecord
 from rollout.training.errors import TrainingError
 
 FailedSeats = Literal["exclude", "zero"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from rollout.ledger.api import GroupRecord
+from rollout.ledger import GroupRecord
 from rollout.training.advantages import AdvantageConfig, SeatAdvantage, seat_advantages
 from rollout.training.segments import Segment, build_segments
 
