@@ -80,6 +80,9 @@ class RunConfig(BaseModel):
     backend: Literal["local", "vllm"] = "local"
     provider: Literal["torch", "tinker"] = "torch"
     device: str = "cpu"
+    gpus: float | None = Field(None, ge=0)
+    """GPUs for each GPU role (trainer, inference) when Ray or Kubernetes places them; a
+    fraction shares a GPU (0.5: both on one). None: 1 on a `cuda` device, else 0."""
     lora_rank: int | None = Field(None, ge=1)
     group_size: int | None = Field(None, ge=1)
     """Episodes per group (default: the environment's)."""
