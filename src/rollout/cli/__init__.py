@@ -17,6 +17,7 @@ from __future__ import annotations
 import sys
 
 import typer
+from rich.markup import escape
 
 from rollout.cli import env, models, roles, runs, train
 from rollout.cli.common import err_console
@@ -49,7 +50,8 @@ def main() -> None:
     try:
         app()
     except RolloutError as error:
-        err_console.print(f"[red]error:[/] {error}", highlight=False)
+        # One line however wide the terminal, and the message's brackets are not markup.
+        err_console.print(f"[red]error:[/] {escape(str(error))}", highlight=False, soft_wrap=True)
         sys.exit(2)
     except KeyboardInterrupt:
         err_console.print("interrupted")

@@ -19,12 +19,13 @@ def env_check(
     as_json: JsonFlag = False,
 ) -> None:
     """Play one episode per agent against the model and report contract problems by name."""
-    from rollout.harness.check import check_environment
     from rollout.harness.loading import load_environment
+
+    environment = load_environment(spec)  # first: a broken environment fails fast, before torch
+
+    from rollout.harness.check import check_environment
     from rollout.inference.direct import DirectModel
     from rollout.inference.factory import load_model
-
-    environment = load_environment(spec)
 
     async def go() -> Any:
         renderer, backend = load_model(model)

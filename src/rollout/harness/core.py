@@ -12,6 +12,7 @@ from typing import Any
 from rolloutlib.graders import Score
 
 from rollout.contracts import Message, ToolSpec
+from rollout.harness.errors import InvalidEnvironment
 
 Parameters = Mapping[str, Any]
 
@@ -142,22 +143,58 @@ class Environment:
     """
 
     def __post_init__(self) -> None:
+        name = self.name if isinstance(self.name, str) else repr(self.name)
+        if not isinstance(self.name, str) or not self.name:
+            raise InvalidEnvironment(name, "name", self.name, "must be a non-empty string")
         if not isinstance(self.task, type) or not issubclass(self.task, Task):
-            raise TypeError(
-                f"Environment {self.name!r}: task must be a Task subclass, got {self.task!r}"
+            raise InvalidEnvironment(name, "task", self.task, "must be a Task subclass")
+        if not callable(self.parameters):
+            if isinstance(self.parameters, Mapping):
+                raise InvalidEnvironment(
+                    name, "parameters", self.parameters, "must be a sequence, not one mapping"
+                )
+            # Any indexable sized collection: a list, a tuple, a Hugging Face dataset.
+            indexable = hasattr(self.parameters, "__getitem__") and hasattr(
+                self.parameters, "__len__"
             )
-        if self.agents < 1:
-            raise ValueError(f"Environment {self.name!r}: agents must be >= 1, got {self.agents}")
-        if self.group_size < 1:
-            raise ValueError(
-                f"Environment {self.name!r}: group_size must be >= 1, got {self.group_size}"
+            if not indexable or isinstance(self.parameters, str | bytes):
+                raise InvalidEnvironment(
+                    name,
+                    "parameters",
+                    self.parameters,
+                    "must be a sequence of parameter mappings or a function of a random.Random",
+                )
+            if len(self.parameters) == 0:
+                raise InvalidEnvironment(name, "parameters", self.parameters, "must not be empty")
+        if not isinstance(self.version, str) or not self.version:
+            raise InvalidEnvironment(name, "version", self.version, "must be a non-empty string")
+        for field_name in ("agents", "group_size", "max_turns"):
+            value = getattr(self, field_name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidEnvironment(name, field_name, value, "must be an integer >= 1")
+        if self.system_prompt is not None and not isinstance(self.system_prompt, str):
+            raise InvalidEnvironment(
+                name, "system_prompt", self.system_prompt, "must be a string or None"
             )
+        if not isinstance(self.sampling, Mapping):
+            raise InvalidEnvironment(name, "sampling", self.sampling, "must be a mapping")
+        if self.warmup is not None and not callable(self.warmup):
+            raise InvalidEnvironment(name, "warmup", self.warmup, "must be a function or None")
 
     def draw_parameters(self, group_index: int, seed: int) -> dict[str, Any]:
-        """The parameters of group `group_index` (deterministic given the run's seed)."""
+        """The parameters of group `group_index` (deterministic given the run's seed).
+
+        Raises:
+            InvalidEnvironment: the source produced something other than a mapping. (An
+                exception raised by a parameter function itself propagates unchanged.)
+        """
         if callable(self.parameters):
-            return dict(self.parameters(random.Random(seed * 7919 + group_index)))
-        items = list(self.parameters)
-        if not items:
-            raise ValueError(f"Environment {self.name!r}: parameters is empty")
-        return dict(items[group_index % len(items)])
+            drawn = self.parameters(random.Random(seed * 7919 + group_index))
+            where = "parameters(rng)"
+        else:
+            index = group_index % len(self.parameters)
+            drawn = self.parameters[index]
+            where = f"parameters[{index}]"
+        if not isinstance(drawn, Mapping):
+            raise InvalidEnvironment(self.name, where, drawn, "must be a mapping of parameters")
+        return dict(drawn)

@@ -9,10 +9,20 @@ from __future__ import annotations
 import importlib
 import inspect
 import sys
+import sysconfig
+import traceback
 from pathlib import Path
 
 from rollout.harness.core import Environment
 from rollout.harness.errors import EnvironmentLoadError
+
+# Where a user's module did not go wrong: the platform, the standard library, installed
+# packages, and generated code (`<frozen importlib...>`, a dataclass's `<string>` __init__).
+_NOT_USER_CODE = (
+    str(Path(__file__).resolve().parents[1]),
+    *{sysconfig.get_path(name) for name in ("stdlib", "platstdlib", "purelib", "platlib")},
+    "<",
+)
 
 
 def load_environment(spec: str) -> Environment:
@@ -30,6 +40,11 @@ def load_environment(spec: str) -> Environment:
         module = importlib.import_module(module_name)
     except ImportError as error:
         raise EnvironmentLoadError(f"cannot import module {module_name!r}: {error}") from error
+    except Exception as error:  # the module itself raised (a bad Environment(...), a typo)
+        raise EnvironmentLoadError(
+            f"importing module {module_name!r} raised {type(error).__name__}"
+            f"{_where(error)}: {' '.join(str(error).split())}"
+        ) from error
     try:
         value = getattr(module, attr)
     except AttributeError:
@@ -37,7 +52,18 @@ def load_environment(spec: str) -> Environment:
     return as_environment(value, spec)
 
 
+def _where(error: BaseException) -> str:
+    """` at FILE:LINE` of the innermost frame in the user's code, or ''."""
+    frames = traceback.extract_tb(error.__traceback__)
+    outside = [frame for frame in frames if not frame.filename.startswith(_NOT_USER_CODE)]
+    if not outside:
+        return ""
+    frame = outside[-1]
+    return f" at {frame.filename}:{frame.lineno}"
+
+
 def as_environment(value: object, spec: str) -> Environment:
+    """`value` as a platform `Environment` (see the module docstring), named `spec` in errors."""
     if isinstance(value, Environment):
         return value
     from rollout.harness.adapter import is_rolloutlib_env_factory, rolloutlib_environment
@@ -48,8 +74,15 @@ def as_environment(value: object, spec: str) -> Environment:
     if callable(value) and not inspect.isclass(value):
         try:
             produced = value()
-        except TypeError:
+        except TypeError:  # a callable that needs arguments is not an environment factory
             produced = None
+        except EnvironmentLoadError:
+            raise
+        except Exception as error:
+            raise EnvironmentLoadError(
+                f"{spec}() raised {type(error).__name__}{_where(error)}: "
+                f"{' '.join(str(error).split())}"
+            ) from error
         if isinstance(produced, Environment):
             return produced
     raise EnvironmentLoadError(
