@@ -8,6 +8,7 @@ import typer
 
 from rollout.cli.common import console
 from rollout.errors import RolloutError
+from rollout.models.architectures import ARCH_NAMES, describe_names
 
 model_app = typer.Typer(help="Build tiny local models.", no_args_is_help=True)
 
@@ -16,7 +17,7 @@ model_app = typer.Typer(help="Build tiny local models.", no_args_is_help=True)
 def model_init(
     name: Annotated[str, typer.Argument(help="A name for the model (recorded in its config).")],
     out: Annotated[str, typer.Option("--out", help="Folder to write the model to.")],
-    arch: Annotated[str, typer.Option(help="qwen3, qwen2 or llama.")] = "qwen3",
+    arch: Annotated[str, typer.Option(help=f"{describe_names(ARCH_NAMES)}.")] = "qwen3",
     hidden: Annotated[int, typer.Option(min=8, help="Hidden size.")] = 128,
     layers: Annotated[int, typer.Option(min=1, help="Number of layers.")] = 2,
     heads: Annotated[int, typer.Option(min=1, help="Attention heads.")] = 4,
@@ -27,8 +28,8 @@ def model_init(
     """Build a tiny random model of a real architecture, saved in the Hugging Face layout."""
     from rollout.models import init_model
 
-    if arch not in ("qwen3", "qwen2", "llama"):
-        raise RolloutError(f"--arch must be qwen3, qwen2 or llama, got {arch!r}")
+    if arch not in ARCH_NAMES:
+        raise RolloutError(f"--arch must be {describe_names(ARCH_NAMES)}, got {arch!r}")
     if tokenizer not in ("bytes", "chars"):
         raise RolloutError(f"--tokenizer must be bytes or chars, got {tokenizer!r}")
     path = init_model(

@@ -18,7 +18,6 @@ import shutil
 import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Literal
 
 import torch
 from transformers import (
@@ -33,6 +32,7 @@ from transformers import (
     Qwen3ForCausalLM,
 )
 
+from rollout.models.architectures import ARCH_NAMES, Arch
 from rollout.models.errors import ModelError
 from rollout.models.tokenizer import (
     ENDOFTEXT,
@@ -42,12 +42,14 @@ from rollout.models.tokenizer import (
 )
 from rollout.settings import state_dir as resolve_state_dir
 
-Arch = Literal["qwen3", "qwen2", "llama"]
 ARCHITECTURES: dict[str, tuple[Callable[..., PretrainedConfig], type[PreTrainedModel]]] = {
     "qwen3": (Qwen3Config, Qwen3ForCausalLM),
     "qwen2": (Qwen2Config, Qwen2ForCausalLM),
     "llama": (LlamaConfig, LlamaForCausalLM),
 }
+"""The transformers classes of each name in `ARCH_NAMES` (the list of names lives there)."""
+if tuple(ARCHITECTURES) != ARCH_NAMES:  # pragma: no cover - a mistake in this file
+    raise ModelError(f"ARCHITECTURES {tuple(ARCHITECTURES)} differ from ARCH_NAMES {ARCH_NAMES}")
 
 DEFAULT_VOCAB_SIZE = 512
 RECIPE_FILE = "rollout_model.json"
@@ -79,7 +81,7 @@ def init_model(
         out_dir: The folder to write (created; files in it are overwritten).
         name: A name for the model, recorded with the recipe in `rollout_model.json`
             (default: the folder's name).
-        arch: `qwen3`, `qwen2` or `llama`.
+        arch: One of `ARCH_NAMES` (`qwen3`, `qwen2` or `llama`).
         hidden: Hidden size; must be divisible by `heads`.
         layers: Number of decoder layers.
         heads: Attention heads; must be divisible by `kv_heads`.

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rollout.errors import RolloutError
 from rollout.ledger.records import RunRecord
+from rollout.models.architectures import Arch
 from rollout.training.errors import TrainingError
 
 
@@ -24,7 +25,7 @@ class ModelInit(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    arch: Literal["qwen3", "qwen2", "llama"] = "qwen3"
+    arch: Arch = "qwen3"
     hidden: int = Field(64, ge=8)
     layers: int = Field(2, ge=1)
     heads: int = Field(4, ge=1)
