@@ -1,0 +1,109 @@
+"""The container image's Dockerfile: it cannot be built here (no Docker), so check what can be:
+it parses (Docker's own Go parser), its stages, that every path it copies exists in a checkout
+and is not excluded by .dockerignore, that it runs as a non-root user with the `rollout` CLI as
+its entrypoint, CPU PyTorch by default, and that its `uv export` steps work on our lock file."""
+
+from __future__ import annotations
+
+import fnmatch
+import shlex
+import shutil
+import subprocess
+import tomllib
+from pathlib import Path
+
+import dockerfile
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+COMMANDS = dockerfile.parse_file(str(ROOT / "Dockerfile"))
+
+
+def _stages() -> list[list[dockerfile.Command]]:
+    stages: list[list[dockerfile.Command]] = []
+    for command in COMMANDS:
+        if command.cmd.upper() == "FROM":
+            stages.append([])
+        if stages:
+            stages[-1].append(command)
+    return stages
+
+
+def _ignored(path: str) -> bool:
+    patterns = [
+        line.strip()
+        for line in (ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    parts = Path(path).parts
+    prefixes = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+    for pattern in patterns:
+        for prefix in prefixes:
+            if fnmatch.fnmatch(prefix, pattern) or (
+                pattern.startswith("**/") and fnmatch.fnmatch(Path(prefix).name, pattern[3:])
+            ):
+                return True
+    return False
+
+
+def test_multi_stage_build() -> None:
+    stages = _stages()
+    assert len(stages) >= 2
+    assert [c.value[-1] for c in COMMANDS if c.cmd.upper() == "FROM"] == ["build", "runtime"]
+    runtime = stages[-1]
+    # The runtime stage takes only the built environment from the build stage.
+    assert [c.flags for c in runtime if c.cmd.upper() == "COPY"] == [("--from=build",)]
+
+
+def test_every_copied_path_exists_and_is_in_the_build_context() -> None:
+    copies = [c for c in COMMANDS if c.cmd.upper() == "COPY" and not c.flags]
+    assert copies
+    for command in copies:
+        *sources, _destination = command.value
+        for source in sources:
+            assert (ROOT / source).exists(), f"COPY {source}: no such path in the checkout"
+            assert not _ignored(source.rstrip("/")), f"COPY {source}: excluded by .dockerignore"
+
+
+def test_the_wheel_gets_its_presets() -> None:
+    # pyproject's force-include copies the presets into the wheel: the image must copy them.
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    included = project["tool"]["hatch"]["build"]["targets"]["wheel"]["force-include"]
+    copied = {c.value[0].rstrip("/") for c in COMMANDS if c.cmd.upper() == "COPY"}
+    assert set(included) <= copied
+
+
+def test_runs_the_cli_as_a_non_root_user() -> None:
+    runtime = _stages()[-1]
+    users = [c.value[0] for c in runtime if c.cmd.upper() == "USER"]
+    assert users and users[-1].split(":")[0] not in ("0", "root")
+    entrypoint = [c for c in runtime if c.cmd.upper() == "ENTRYPOINT"][-1]
+    assert entrypoint.json and list(entrypoint.value) == ["rollout"]
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert project["project"]["scripts"]["rollout"] == "rollout.cli:main"
+
+
+def test_cpu_torch_by_default_and_the_cluster_extra() -> None:
+    args = dict(
+        c.value[0].split("=", 1) for c in COMMANDS if c.cmd.upper() == "ARG" and "=" in c.value[0]
+    )
+    assert args["TORCH_INDEX"] == "https://download.pytorch.org/whl/cpu"
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert any(d.startswith("ray") for d in project["project"]["optional-dependencies"]["cluster"])
+
+
+@pytest.mark.skipif(shutil.which("uv") is None, reason="uv is not on PATH")
+def test_the_dependency_export_works_on_the_lock(tmp_path: Path) -> None:
+    run = next(c.value[0] for c in COMMANDS if c.cmd.upper() == "RUN" and "uv export" in c.value[0])
+    first = run.split("&&")[0].replace("/tmp/requirements.txt", str(tmp_path / "req.txt"))
+    subprocess.run(shlex.split(first), cwd=ROOT, check=True, capture_output=True)
+    requirements = (tmp_path / "req.txt").read_text()
+    assert "\nray==" in requirements and "\ntorch==" not in requirements
+    pin = subprocess.run(
+        ["uv", "export", "--frozen", "--no-dev", "--no-hashes"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    assert any(line.startswith("torch==") for line in pin.splitlines())
