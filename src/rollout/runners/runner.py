@@ -4,17 +4,31 @@ A runner holds no state another process depends on. It claims a seat (a fenced l
 attempt number), heartbeats while it plays, and records the seat's end under that attempt. If it
 dies, the claim expires and another runner plays a new attempt; the dead attempt's turns are
 never trained on, and a revived runner's late writes are rejected (`StaleFence`).
+
+How a seat's play can end, and what is recorded:
+
+- the task reaches an `End` (or `max_turns`): the seat ends `completed` with its reward;
+- the task breaks its contract or raises, or the gateway refuses a model call with a 4xx other
+  than 409 (a conversation the chat template cannot render, an invalid request): the seat ends
+  `failed` with the error, shown by `rollout episodes show`. Such errors are deterministic:
+  playing the seat again would fail again;
+- the attempt was taken over (`StaleFence` from the ledger, or 409 from the gateway): nothing is
+  recorded; the attempt that took over ends the seat;
+- the gateway is unreachable or unavailable (connection errors, 502/503/504 past the client's
+  retry window): nothing is recorded; the claim expires and the seat is played again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import socket
 import time
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from rollout.contracts import Message, ToolSpec
@@ -25,15 +39,27 @@ from rollout.harness.loading import load_environment
 from rollout.harness.play import SeatResult, make_task, play_seat
 from rollout.ledger import Ledger, SeatClaim, StaleFence
 from rollout.net.client import TransportError
-from rollout.runners.client import GatewayClient
+from rollout.runners.client import GatewayCallError, GatewayClient
 
 log = logging.getLogger("rollout.runner")
 
 SETTINGS_TTL = 1.0
+FENCED_STATUS = 409
+"""The gateway's answer to a model call made with the key of an attempt that was taken over."""
+UNAVAILABLE_STATUSES = frozenset({502, 503, 504})
+"""Gateway answers that mean infrastructure, not the episode: the seat is played again."""
 
 
 def default_runner_id() -> str:
     return f"runner-{socket.gethostname()}-{os.getpid()}"
+
+
+def _refusal(error: GatewayCallError) -> str:
+    """The error recorded for a refused model call: the status and the gateway's own message."""
+    message = error.body[:2000]
+    with contextlib.suppress(ValueError, TypeError, LookupError):
+        message = str(json.loads(error.body)["error"]["message"])
+    return f"the gateway answered {error.status} to a model call: {message}"
 
 
 class Runner:
@@ -123,45 +149,84 @@ class Runner:
                 for claim in claims:
                     task = asyncio.create_task(self.play(claim))
                     active.add(task)
-                    task.add_done_callback(active.discard)
+                    task.add_done_callback(partial(self._seat_done, active, claim))
         finally:
             for task in active:
                 task.cancel()
             await asyncio.gather(*active, return_exceptions=True)
 
+    @staticmethod
+    def _seat_done(
+        active: set[asyncio.Task[SeatResult | None]],
+        claim: SeatClaim,
+        task: asyncio.Task[SeatResult | None],
+    ) -> None:
+        """Forget a finished seat task; log what `play` did not expect (never left unretrieved)."""
+        active.discard(task)
+        if not task.cancelled() and (error := task.exception()) is not None:
+            log.error(
+                "seat %s/%s attempt %s: %r",
+                claim.episode_id,
+                claim.agent,
+                claim.attempt,
+                error,
+                exc_info=error,
+            )
+
     async def play(self, claim: SeatClaim) -> SeatResult | None:
-        """Play one claimed seat and record its end (fenced by the claim's attempt)."""
+        """Play one claimed seat and record its end (fenced by the claim's attempt).
+
+        Returns the result when the seat ended `completed`; None when it ended `failed`, was
+        taken over, or was left to be played again (see the module docstring).
+        """
         heartbeat = asyncio.create_task(self._heartbeat(claim))
         try:
             result = await self._play(claim)
         except StaleFence:
-            log.warning(
-                "seat %s/%s attempt %s was taken over", claim.episode_id, claim.agent, claim.attempt
-            )
+            self._log_fenced(claim)
+            return None
+        except GatewayCallError as error:
+            if error.status == FENCED_STATUS:
+                self._log_fenced(claim)
+            else:  # only statuses in UNAVAILABLE_STATUSES reach here (see _play)
+                self._log_abandoned(claim, error)
             return None
         except TransportError as error:
             # Infrastructure, not the episode: leave the seat unended so that it is played again
             # (as a new attempt) once this claim expires.
-            log.warning(
-                "seat %s/%s abandoned, its gateway is unreachable: %s",
-                claim.episode_id,
-                claim.agent,
-                error,
-            )
+            self._log_abandoned(claim, error)
             return None
         finally:
             heartbeat.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await heartbeat
         self.seats_played += 1
-        if isinstance(result, SeatResult):
-            metrics = {**result.end.metrics, "turns": float(result.turns)}
-            await self.ledger.end_seat(
-                claim, reward=result.reward, score=result.score_json(), metrics=metrics
-            )
-            return result
-        await self.ledger.end_seat(claim, reward=0.0, status="failed", error=result)
+        try:
+            if isinstance(result, SeatResult):
+                metrics = {**result.end.metrics, "turns": float(result.turns)}
+                await self.ledger.end_seat(
+                    claim, reward=result.reward, score=result.score_json(), metrics=metrics
+                )
+                return result
+            await self.ledger.end_seat(claim, reward=0.0, status="failed", error=result)
+        except StaleFence:  # taken over while the seat played: the newer attempt ends it
+            self._log_fenced(claim)
         return None
+
+    @staticmethod
+    def _log_fenced(claim: SeatClaim) -> None:
+        log.warning(
+            "seat %s/%s attempt %s was taken over", claim.episode_id, claim.agent, claim.attempt
+        )
+
+    @staticmethod
+    def _log_abandoned(claim: SeatClaim, error: Exception) -> None:
+        log.warning(
+            "seat %s/%s abandoned, its gateway is unreachable: %s",
+            claim.episode_id,
+            claim.agent,
+            error,
+        )
 
     async def _play(self, claim: SeatClaim) -> SeatResult | str:
         try:
@@ -190,6 +255,12 @@ class Runner:
             return await play_seat(environment, task, context, complete, sampling)
         except StaleFence:
             raise
+        except GatewayCallError as error:
+            if error.status == FENCED_STATUS or error.status in UNAVAILABLE_STATUSES:
+                raise
+            # A deterministic refusal (4xx, 500): playing the seat again would fail again.
+            log.warning("seat %s/%s failed: %s", claim.episode_id, claim.agent, error)
+            return _refusal(error)
         except TaskError as error:
             log.warning("seat %s/%s failed: %s", claim.episode_id, claim.agent, error)
             return f"{error}\n{error.traceback or ''}".strip()
