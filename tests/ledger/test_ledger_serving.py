@@ -47,5 +47,4 @@ async def test_acks_keep_the_latest_per_server(ledger: Ledger, run: RunRecord) -
     assert await ledger.ack_serving(rid, "s2", 0)
     assert await ledger.ack_serving(rid, "s1", 1)
     assert await ledger.serving_acks(rid) == {"s1": 1, "s2": 0}
-    records = await ledger.serving_ack_records(rid)
-    assert [(a.server, a.version) for a in records] == [("s1", 1), ("s2", 0)]
+    assert list(await ledger.serving_acks(rid)) == ["s1", "s2"]  # by server name

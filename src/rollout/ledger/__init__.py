@@ -1,17 +1,20 @@
 """The ledger: append-only facts in Postgres, fenced writes, wake-ups, the embedded server.
 
-- `Ledger` (api.py): the async API every role uses.
-- records.py: the frozen dataclasses it reads and writes.
+- `Ledger` (api.py): the one facade every role uses, composed of a mixin per concept:
+  runs.py (runs, settings), seats.py (episodes, claims, keys, seat ends), episodes.py (episode
+  reads), turns.py (turns), leases.py (leases, the fence), training.py (complete groups, train
+  steps, checkpoints), serving.py (conversions, serving, acks), notify.py (wake-ups), on
+  connection.py (the pool; rows read by column name).
+- records.py: the frozen dataclasses it reads and writes; inputs.py: checks of written values.
 - errors.py: `LedgerError` and its subclasses (`StaleFence`, `NotFound`, `LeaseHeld`,
   `InvalidInput`).
 - embedded.py: the private Postgres under `<state_dir>/postgres` (`database_url`), and
   `ledger_url`, the one rule for which database a process uses.
 - migrate.py + migrations/*.sql: the schema, applied on start.
-- notify.py: the LISTEN connection behind `Ledger.wait`.
-- turns.py: batched, per-row fenced turn writes; adapters.py: fast binary array dumpers.
+- adapters.py: fast binary array dumpers for turn writes.
 """
 
-from rollout.ledger.api import Ledger, episode_id_for
+from rollout.ledger.api import Ledger
 from rollout.ledger.embedded import database_url, ledger_url, stop_embedded
 from rollout.ledger.errors import InvalidInput, LeaseHeld, LedgerError, NotFound, StaleFence
 from rollout.ledger.migrate import apply_migrations
@@ -24,14 +27,13 @@ from rollout.ledger.records import (
     KeyInfo,
     Lease,
     RunRecord,
-    RunSummary,
     SeatClaim,
     SeatEnd,
     SeatState,
-    ServingAck,
     ServingRecord,
     TrainStepRecord,
 )
+from rollout.ledger.seats import episode_id_for
 
 __all__ = [
     "CHANNELS",
@@ -47,11 +49,9 @@ __all__ = [
     "LedgerError",
     "NotFound",
     "RunRecord",
-    "RunSummary",
     "SeatClaim",
     "SeatEnd",
     "SeatState",
-    "ServingAck",
     "ServingRecord",
     "StaleFence",
     "TrainStepRecord",

@@ -6,6 +6,8 @@ notification that lands while a follower is busy querying is not lost; otherwise
 `timeout` and returns False, which is the polling fallback. When the connection drops, waits time
 out (polling) until it is back, and every key counts as notified once on reconnect, since
 notifications may have been missed.
+
+`WakeupsMixin` gives the `Ledger` its `listen` and `wait`.
 """
 
 from __future__ import annotations
@@ -13,9 +15,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Sequence
 
 import psycopg
 from psycopg import sql
+
+from rollout.ledger.connection import LedgerConnection, Pool
+from rollout.ledger.errors import InvalidInput
 
 log = logging.getLogger(__name__)
 
@@ -145,3 +151,44 @@ class Listener:
             return False
         self._take(keys)
         return True
+
+
+class WakeupsMixin(LedgerConnection):
+    """Waiting for the ledger's notifications (see the module docstring)."""
+
+    def __init__(self, pool: Pool, url: str) -> None:
+        super().__init__(pool, url)
+        self._listener = Listener(url)
+
+    async def close(self) -> None:
+        await self._listener.close()
+        await super().close()
+
+    async def listen(self, timeout: float = 10.0) -> bool:  # noqa: ASYNC109
+        """Start the listening connection now, so notifications from here on are not missed
+        by the first `wait`. True once it listens."""
+        return await self._listener.ready(timeout)
+
+    async def wait(
+        self,
+        channel: str | Sequence[str],
+        timeout: float,  # noqa: ASYNC109 - the contract's signature
+        *,
+        run_id: str | None = None,
+    ) -> bool:
+        """Wait for a NOTIFY on `channel` (or time out: polling fallback). True if notified.
+
+        A notification that arrived since this ledger's previous wait on the same channel
+        counts (it returns True at once), so a follower's loop of "query, then wait" misses
+        nothing. With `run_id`, only that run's notifications count.
+
+        Args:
+            channel: One of `CHANNELS`, or several (any of them wakes).
+            timeout: Seconds to wait at most.
+            run_id: Only wake for this run.
+        """
+        channels = [channel] if isinstance(channel, str) else list(channel)
+        for name in channels:
+            if name not in CHANNELS:
+                raise InvalidInput(f"channel must be one of {CHANNELS}, got {name!r}")
+        return await self._listener.wait(channels, run_id, timeout)

@@ -1,5 +1,9 @@
 """The ledger's records: frozen dataclasses, read from and written to Postgres.
 
+Reads map rows to records by column name: a query selects a record's fields under their names
+(psycopg's `class_row`), or a small row function converts the columns that need it (arrays to
+tuples).
+
 Times (`created_at`, ...) are Unix seconds as floats. Records passed *into* a write (for example a
 `CheckpointRecord` given to `Ledger.record_train_step`) have their `created_at` ignored: the
 database stamps it.
@@ -119,7 +123,7 @@ class EpisodeRecord:
 
 @dataclass(frozen=True)
 class GroupRecord:
-    """A complete group: every episode of the group has every seat ended."""
+    """A complete train group (the `group_status` view): every seat of every episode ended."""
 
     run_id: str
     group_index: int
@@ -154,31 +158,3 @@ class ServingRecord:
     version: int
     uris: dict[str, str]  # backend name -> converted checkpoint location
     created_at: float
-
-
-@dataclass(frozen=True)
-class ServingAck:
-    """What one inference server said it serves now."""
-
-    run_id: str
-    server: str
-    version: int
-    created_at: float
-
-
-@dataclass(frozen=True)
-class RunSummary:
-    """Counts for a monitor or the CLI, derived from the facts of one run."""
-
-    run_id: str
-    episodes: int
-    episodes_ended: int
-    seats: int
-    seats_running: int
-    seats_ended: int
-    seats_failed: int
-    turns: int
-    groups_consumed: int
-    train_steps: int
-    latest_version: int | None
-    serving_version: int | None

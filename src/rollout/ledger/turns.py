@@ -10,6 +10,10 @@ what it saw, so each turn gets its own answer: True (new), False (recorded befor
 `TurnWriter` gives single-turn calls the throughput of batches with no added latency: a call
 joins the pending batch; when fewer than `max_in_flight` batches are being written, the pending
 batch is written at once, and calls that arrive meanwhile form the next batch.
+
+`TurnsMixin` is the ledger's face of both (`record_turn`, `record_turns`) and of reading turns
+back (`seat_turns`, `last_turn`, `turns_for_run`); `TURN_COLUMNS` and `turn_row` are the one
+way a `Turn` is read from the `turns` table.
 """
 
 from __future__ import annotations
@@ -17,16 +21,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import json
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, LiteralString
 
 from psycopg import AsyncConnection
-from psycopg.types.json import Jsonb
+from psycopg.rows import dict_row, kwargs_row
 
 from rollout.contracts import Turn
 from rollout.ledger.adapters import Float8s, Int4s
-from rollout.ledger.errors import InvalidInput, LedgerError, NotFound, StaleFence
+from rollout.ledger.connection import LedgerConnection, Pool, fetch_all, fetch_one
+from rollout.ledger.errors import InvalidInput, LedgerError, StaleFence
+from rollout.ledger.inputs import jsonb
+from rollout.ledger.seats import seat_not_found, seat_taken_over
 
 MAX_BATCH = 500
 
@@ -38,9 +44,55 @@ def turn_key(turn: Turn) -> TurnKey:
     return (turn.episode_id, turn.agent, turn.attempt, turn.index)
 
 
+def _turn(
+    *,
+    prompt_tokens: Sequence[int],
+    completion_tokens: Sequence[int],
+    logprobs: Sequence[float],
+    **columns: Any,
+) -> Turn:
+    return Turn(
+        prompt_tokens=tuple(prompt_tokens),
+        completion_tokens=tuple(completion_tokens),
+        logprobs=tuple(logprobs),
+        **columns,
+    )
+
+
+def _cursor_and_turn(*, seq: int, **columns: Any) -> tuple[int, Turn]:
+    return seq, _turn(**columns)
+
+
+turn_row = kwargs_row(_turn)
+"""Row factory: a row of `TURN_COLUMNS` as a `Turn` (arrays as tuples)."""
+
+
+# What a `Turn` is read from: every read of turns names the table `t`.
+TURN_COLUMNS: LiteralString = (
+    "t.episode_id, t.agent, t.attempt, t.turn_index AS index, t.prompt_tokens,"
+    " t.completion_tokens, t.logprobs, t.version, t.stop_reason, t.extends_previous,"
+    " t.started_at, t.ended_at, t.temperature, t.request"
+)
+SEAT_TURNS: LiteralString = (
+    "SELECT " + TURN_COLUMNS + " FROM turns t"
+    " WHERE t.episode_id = %(episode_id)s AND t.agent = %(agent)s AND t.attempt = %(attempt)s"
+    " ORDER BY t.turn_index"
+)
+LAST_TURN: LiteralString = SEAT_TURNS + " DESC LIMIT 1"
+RUN_TURNS_SINCE: LiteralString = (
+    "SELECT t.seq, " + TURN_COLUMNS + " FROM turns t"
+    " WHERE t.run_id = %(run_id)s AND t.seq > %(since)s ORDER BY t.seq LIMIT %(limit)s"
+)
+
+INSERT_COLUMNS: LiteralString = (
+    "(run_id, episode_id, agent, attempt, turn_index, prompt_tokens, completion_tokens, logprobs,"
+    " version, stop_reason, extends_previous, started_at, ended_at, temperature, request)"
+)
+
 # One statement for any batch size (prepared once): the batch arrives as parallel arrays, the
 # ragged token and logprob lists flattened into one array each with 1-based [start:end] bounds.
-WRITE_TURNS: LiteralString = """
+WRITE_TURNS: LiteralString = (
+    """
 WITH v AS (
     SELECT * FROM unnest(
         %(episode_id)s::text[], %(agent)s::int4[], %(attempt)s::int4[], %(turn_index)s::int4[],
@@ -56,9 +108,9 @@ WITH v AS (
     WHERE (s.episode_id, s.agent) IN (SELECT episode_id, agent FROM v)
     FOR SHARE OF s
 ), ins AS (
-    INSERT INTO turns (run_id, episode_id, agent, attempt, turn_index, prompt_tokens,
-                       completion_tokens, logprobs, version, stop_reason, extends_previous,
-                       started_at, ended_at, temperature, request)
+    INSERT INTO turns """
+    + INSERT_COLUMNS
+    + """
     SELECT seat.run_id, v.episode_id, v.agent, v.attempt, v.turn_index,
            (%(prompt_tokens)s::int4[])[v.prompt_start:v.prompt_end],
            (%(completion_tokens)s::int4[])[v.completion_start:v.completion_end],
@@ -71,28 +123,30 @@ WITH v AS (
     ON CONFLICT DO NOTHING
     RETURNING episode_id, agent, attempt, turn_index
 )
-SELECT v.ord, seat.attempt, seat.done, ins.episode_id IS NOT NULL,
+SELECT v.ord, seat.attempt AS latest, seat.done, ins.episode_id IS NOT NULL AS inserted,
        CASE WHEN seat.done AND ins.episode_id IS NULL THEN EXISTS (
            SELECT 1 FROM turns t
            WHERE t.episode_id = v.episode_id AND t.agent = v.agent
-             AND t.attempt = v.attempt AND t.turn_index = v.turn_index) END
+             AND t.attempt = v.attempt AND t.turn_index = v.turn_index) END AS existed
 FROM v
 LEFT JOIN seat ON seat.episode_id = v.episode_id AND seat.agent = v.agent
 LEFT JOIN ins ON ins.episode_id = v.episode_id AND ins.agent = v.agent
              AND ins.attempt = v.attempt AND ins.turn_index = v.turn_index
 """
+)
 
 
 # The same for one turn, with scalar parameters (much cheaper to send than 15 arrays).
-WRITE_TURN: LiteralString = """
+WRITE_TURN: LiteralString = (
+    """
 WITH seat AS (
     SELECT run_id, attempt, done FROM seats
     WHERE episode_id = %(episode_id)s AND agent = %(agent)s
     FOR SHARE
 ), ins AS (
-    INSERT INTO turns (run_id, episode_id, agent, attempt, turn_index, prompt_tokens,
-                       completion_tokens, logprobs, version, stop_reason, extends_previous,
-                       started_at, ended_at, temperature, request)
+    INSERT INTO turns """
+    + INSERT_COLUMNS
+    + """
     SELECT seat.run_id, %(episode_id)s, %(agent)s, %(attempt)s, %(turn_index)s,
            %(prompt_tokens)s::int4[], %(completion_tokens)s::int4[], %(logprobs)s::float8[],
            %(version)s, %(stop_reason)s, %(extends_previous)s, %(started_at)s, %(ended_at)s,
@@ -101,13 +155,14 @@ WITH seat AS (
     ON CONFLICT DO NOTHING
     RETURNING 1
 )
-SELECT 1, seat.attempt, seat.done, EXISTS (SELECT 1 FROM ins),
+SELECT 1 AS ord, seat.attempt AS latest, seat.done, EXISTS (SELECT 1 FROM ins) AS inserted,
        CASE WHEN seat.done THEN EXISTS (
            SELECT 1 FROM turns t
            WHERE t.episode_id = %(episode_id)s AND t.agent = %(agent)s
-             AND t.attempt = %(attempt)s AND t.turn_index = %(turn_index)s) END
+             AND t.attempt = %(attempt)s AND t.turn_index = %(turn_index)s) END AS existed
 FROM seat
 """
+)
 
 
 def _single_params(turn: Turn) -> dict[str, Any]:
@@ -125,7 +180,7 @@ def _single_params(turn: Turn) -> dict[str, Any]:
         "started_at": float(turn.started_at),
         "ended_at": float(turn.ended_at),
         "temperature": float(turn.temperature),
-        "request": _request(turn),
+        "request": jsonb("turn.request", turn.request),
     }
 
 
@@ -158,7 +213,7 @@ def _batch_params(turns: Sequence[Turn]) -> dict[str, Any]:
         "started_at": Float8s([t.started_at for t in turns], "turn.started_at"),
         "ended_at": Float8s([t.ended_at for t in turns], "turn.ended_at"),
         "temperature": Float8s([t.temperature for t in turns], "turn.temperature"),
-        "request": [_request(t) for t in turns],
+        "request": [jsonb("turn.request", t.request) for t in turns],
         "prompt_tokens": Int4s(list(chain(t.prompt_tokens for t in turns)), "turn.prompt_tokens"),
         "completion_tokens": Int4s(
             list(chain(t.completion_tokens for t in turns)), "turn.completion_tokens"
@@ -181,26 +236,14 @@ def validate_turn(turn: Turn) -> None:
         )
 
 
-def _request(turn: Turn) -> Jsonb:
-    try:
-        json.dumps(turn.request, allow_nan=False)
-    except (TypeError, ValueError) as error:
-        raise InvalidInput(f"turn.request must be JSON: {error}: {turn.request!r}") from None
-    return Jsonb(turn.request)
-
-
-def _outcome(turn: Turn, row: Sequence[Any] | None) -> Outcome:
-    if row is None or row[1] is None:
-        return NotFound(f"seat {turn.agent} of episode {turn.episode_id!r} not found")
-    _, latest, done, inserted, existed = row
-    if inserted:
+def _outcome(turn: Turn, row: dict[str, Any] | None) -> Outcome:
+    if row is None or row["latest"] is None:
+        return seat_not_found(turn.episode_id, turn.agent)
+    if row["inserted"]:
         return True
-    if latest != turn.attempt:
-        return StaleFence(
-            f"attempt {turn.attempt} of seat {turn.agent} of episode {turn.episode_id!r} was "
-            f"taken over by attempt {latest}"
-        )
-    if done and not existed:
+    if row["latest"] != turn.attempt:
+        return seat_taken_over(turn.episode_id, turn.agent, turn.attempt, row["latest"])
+    if row["done"] and not row["existed"]:
         return StaleFence(
             f"seat {turn.agent} of episode {turn.episode_id!r} has ended; turn {turn.index} "
             "was not recorded"
@@ -225,10 +268,10 @@ async def write_turns(conn: AsyncConnection[Any], turns: Sequence[Turn]) -> list
     for start in range(0, len(unique), MAX_BATCH):
         part = unique[start : start + MAX_BATCH]
         if len(part) == 1:
-            cursor = await conn.execute(WRITE_TURN, _single_params(part[0]))
+            found = await fetch_all(conn, dict_row, WRITE_TURN, _single_params(part[0]))
         else:
-            cursor = await conn.execute(WRITE_TURNS, _batch_params(part))
-        rows = {row[0]: row for row in await cursor.fetchall()}  # ord counts from 1
+            found = await fetch_all(conn, dict_row, WRITE_TURNS, _batch_params(part))
+        rows = {row["ord"]: row for row in found}  # ord counts from 1
         outcomes.extend(_outcome(turn, rows.get(i + 1)) for i, turn in enumerate(part))
     results: list[Outcome] = []
     seen: set[TurnKey] = set()
@@ -316,3 +359,76 @@ class TurnWriter:
                 continue
             with contextlib.suppress(Exception):
                 await asyncio.gather(*tasks, return_exceptions=True)
+
+
+class TurnsMixin(LedgerConnection):
+    """Recording turns, fenced by seat attempt, and reading them back."""
+
+    def __init__(self, pool: Pool, url: str) -> None:
+        super().__init__(pool, url)
+        self._writer = TurnWriter(self._write_batch)
+
+    async def close(self) -> None:
+        await self._writer.close()  # the batches being written first, then the pool
+        await super().close()
+
+    async def _write_batch(self, turns: Sequence[Turn]) -> list[Outcome]:
+        async with self._pool.connection() as conn:
+            return await write_turns(conn, turns)
+
+    async def record_turn(self, turn: Turn) -> bool:
+        """Fenced by attempt; idempotent on (episode, agent, attempt, index). True if new.
+
+        Concurrent calls are written together, one statement per batch; each call still gets
+        its own answer.
+
+        Raises:
+            StaleFence: the attempt was taken over, or the seat has ended (and this turn was not
+                recorded before).
+            NotFound: no such seat.
+        """
+        validate_turn(turn)
+        return await self._writer.record(turn)
+
+    async def record_turns(self, turns: Sequence[Turn]) -> list[bool]:
+        """Record many turns in one transaction; `[record_turn(t) for t in turns]`, batched.
+
+        All or nothing: if any turn is fenced out (its attempt was taken over, or its seat ended
+        before it was recorded) this raises StaleFence naming it and records none of them.
+
+        Returns:
+            For each turn, True if it was new.
+        """
+        if not turns:
+            return []
+        for turn in turns:
+            validate_turn(turn)
+        async with self._pool.connection() as conn, conn.transaction():
+            outcomes = await write_turns(conn, turns)
+            for outcome in outcomes:
+                if isinstance(outcome, LedgerError):
+                    raise outcome  # rolls the transaction back
+        return [bool(outcome) for outcome in outcomes]
+
+    async def seat_turns(self, episode_id: str, agent: int, attempt: int) -> list[Turn]:
+        """The turns of one seat attempt, in order."""
+        params = {"episode_id": episode_id, "agent": agent, "attempt": attempt}
+        async with self._pool.connection() as conn:
+            return await fetch_all(conn, turn_row, SEAT_TURNS, params)
+
+    async def last_turn(self, episode_id: str, agent: int, attempt: int) -> Turn | None:
+        """The latest turn of one seat attempt, or None before its first."""
+        params = {"episode_id": episode_id, "agent": agent, "attempt": attempt}
+        async with self._pool.connection() as conn:
+            return await fetch_one(conn, turn_row, LAST_TURN, params)
+
+    async def turns_for_run(
+        self, run_id: str, *, since: int = 0, limit: int = 1000
+    ) -> list[tuple[int, Turn]]:
+        """Turns of the run recorded after cursor `since`, oldest first, as (cursor, turn).
+
+        Pass the last cursor back as `since` to tail the run (every attempt's turns).
+        """
+        params = {"run_id": run_id, "since": since, "limit": limit}
+        async with self._pool.connection() as conn:
+            return await fetch_all(conn, kwargs_row(_cursor_and_turn), RUN_TURNS_SINCE, params)

@@ -1,0 +1,115 @@
+"""The ledger's connection to Postgres: a pool, and the base class of every concept's mixin.
+
+`LedgerConnection.connect` finds the database (a URL, `ROLLOUT_DATABASE_URL`, or the embedded
+server), applies pending migrations and opens a pool of autocommit connections. Every method
+takes a connection from the pool for one statement or one transaction, so a `Ledger` is safe to
+share between tasks.
+
+Rows are read by column name: pooled connections return dicts (`dict_row`), and `fetch_one` /
+`fetch_all` read a query whose column names are a record's fields straight into that record
+(psycopg's `class_row`), or through any other row factory. A concept that holds a resource
+(the LISTEN connection, the turn batcher) sets it up in its mixin's `__init__` and lets go of it
+in its `close`, each calling `super()` so that every mixin of the facade gets its turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any, LiteralString, Self, TypeVar
+
+from psycopg import AsyncConnection
+from psycopg.abc import Params
+from psycopg.rows import AsyncRowFactory, DictRow, dict_row
+from psycopg_pool import AsyncConnectionPool
+
+from rollout.ledger.adapters import register_dumpers
+from rollout.ledger.embedded import ledger_url
+from rollout.ledger.migrate import apply_migrations
+
+Conn = AsyncConnection[DictRow]
+Pool = AsyncConnectionPool[Conn]
+R = TypeVar("R")
+
+
+async def fetch_one(
+    conn: AsyncConnection[Any],
+    row_factory: AsyncRowFactory[R],
+    query: LiteralString,
+    params: Params | None = None,
+) -> R | None:
+    """The first row of `query`, made by `row_factory` (for example `class_row(RunRecord)`)."""
+    async with conn.cursor(row_factory=row_factory) as cursor:
+        await cursor.execute(query, params)
+        return await cursor.fetchone()
+
+
+async def fetch_all(
+    conn: AsyncConnection[Any],
+    row_factory: AsyncRowFactory[R],
+    query: LiteralString,
+    params: Params | None = None,
+) -> list[R]:
+    """Every row of `query`, made by `row_factory`."""
+    async with conn.cursor(row_factory=row_factory) as cursor:
+        await cursor.execute(query, params)
+        return await cursor.fetchall()
+
+
+async def _configure(conn: AsyncConnection[Any]) -> None:
+    register_dumpers(conn)
+
+
+class LedgerConnection:
+    """A pool of connections to the ledger database (the base of every concept's mixin)."""
+
+    def __init__(self, pool: Pool, url: str) -> None:
+        self._pool = pool
+        self.url = url
+        """The database URL (give it to child processes as ROLLOUT_DATABASE_URL)."""
+
+    @classmethod
+    async def connect(
+        cls,
+        url: str | None = None,
+        *,
+        state_dir: str | os.PathLike[str] | None = None,
+        min_size: int = 1,
+        max_size: int = 10,
+        migrate: bool = True,
+    ) -> Self:
+        """Connect (url, or ROLLOUT_DATABASE_URL, or the embedded Postgres under state_dir).
+
+        Args:
+            url: A Postgres URL or connection string.
+            state_dir: Where the embedded server lives when there is no URL (default
+                ROLLOUT_STATE_DIR, else `.rollout`).
+            min_size: Connections the pool keeps open.
+            max_size: The most connections the pool opens (bounds concurrent calls).
+            migrate: Apply pending schema migrations first.
+        """
+        resolved = await asyncio.to_thread(ledger_url, url, state_dir=state_dir)
+        if migrate:
+            await apply_migrations(resolved)
+        pool: Pool = AsyncConnectionPool(
+            resolved,
+            connection_class=Conn,
+            min_size=min_size,
+            max_size=max_size,
+            kwargs={"autocommit": True, "row_factory": dict_row},
+            open=False,
+            name="rollout-ledger",
+            configure=_configure,
+        )
+        await pool.open(wait=True, timeout=30.0)
+        return cls(pool, resolved)
+
+    async def close(self) -> None:
+        """Close the pool (mixins holding more close theirs first, then call this)."""
+        await self._pool.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

@@ -1,0 +1,140 @@
+"""Reading episodes back: each with its seats, its seat ends and its seats' turns.
+
+An `EpisodeRecord` carries, per seat, the turns of its winning attempt: the attempt that ended
+the seat or, for a seat still playing, its latest attempt (`seats.attempt` either way).
+`load_episodes` builds them in three or four queries for any number of episodes; the trainer's
+`complete_groups` reads through it too.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any, LiteralString
+
+from psycopg.rows import class_row, dict_row, kwargs_row
+
+from rollout.contracts import Turn
+from rollout.ledger.connection import Conn, LedgerConnection, fetch_all
+from rollout.ledger.errors import NotFound
+from rollout.ledger.records import EpisodeRecord, SeatEnd, SeatState
+from rollout.ledger.turns import TURN_COLUMNS, turn_row
+
+EPISODES: LiteralString = """
+SELECT episode_id, run_id, group_index, member, parameters, seed, agents, kind,
+       extract(epoch FROM created_at)::float8 AS created_at
+FROM episodes WHERE episode_id = ANY(%(ids)s)
+"""
+SEATS: LiteralString = """
+SELECT episode_id, agent, attempt, runner, extract(epoch FROM expires_at)::float8 AS expires_at,
+       done AS ended
+FROM seats WHERE episode_id = ANY(%(ids)s) ORDER BY episode_id, agent
+"""
+SEAT_ENDS: LiteralString = """
+SELECT episode_id, agent, attempt, status, reward, score, metrics, error,
+       extract(epoch FROM created_at)::float8 AS created_at
+FROM seat_ends WHERE episode_id = ANY(%(ids)s) ORDER BY episode_id, agent
+"""
+WINNING_TURNS: LiteralString = (
+    "SELECT " + TURN_COLUMNS + " FROM turns t JOIN seats s"
+    " ON s.episode_id = t.episode_id AND s.agent = t.agent AND s.attempt = t.attempt"
+    " WHERE s.episode_id = ANY(%(ids)s) ORDER BY t.episode_id, t.agent, t.turn_index"
+)
+LATEST_EPISODE_IDS: LiteralString = """
+SELECT episode_id FROM episodes
+WHERE run_id = %(run_id)s AND (%(kind)s::text IS NULL OR kind = %(kind)s)
+ORDER BY seq DESC LIMIT %(limit)s
+"""
+# Per episode: claimed seats, every seat ended, any seat failed; then counted by state.
+EPISODE_COUNTS: LiteralString = """
+SELECT count(*) AS total,
+       count(*) FILTER (WHERE claimed = 0) AS pending,
+       count(*) FILTER (WHERE claimed > 0 AND NOT ended) AS running,
+       count(*) FILTER (WHERE ended) AS ended,
+       count(*) FILTER (WHERE ended AND failed) AS failed
+FROM (
+    SELECT s.episode_id,
+           count(*) FILTER (WHERE s.attempt > 0) AS claimed,
+           bool_and(s.done) AS ended,
+           EXISTS (SELECT 1 FROM seat_ends x WHERE x.episode_id = s.episode_id
+                   AND x.status = 'failed') AS failed
+    FROM seats s WHERE s.run_id = %(run_id)s GROUP BY s.episode_id
+) e
+"""
+
+
+def _seat_of(*, episode_id: str, **columns: Any) -> tuple[str, SeatState]:
+    return episode_id, SeatState(**columns)
+
+
+_seat_row = kwargs_row(_seat_of)
+
+
+async def load_episodes(
+    conn: Conn, episode_ids: Sequence[str], *, with_turns: bool
+) -> list[EpisodeRecord]:
+    """Episodes (in the order of `episode_ids`, unknown ids left out) with seats, ends and,
+    with `with_turns`, the turns of each seat's winning attempt."""
+    if not episode_ids:
+        return []
+    params = {"ids": list(episode_ids)}
+    base = {row["episode_id"]: row for row in await fetch_all(conn, dict_row, EPISODES, params)}
+    seats: dict[str, list[SeatState]] = defaultdict(list)
+    for episode_id, seat in await fetch_all(conn, _seat_row, SEATS, params):
+        seats[episode_id].append(seat)
+    ends: dict[str, list[SeatEnd]] = defaultdict(list)
+    for end in await fetch_all(conn, class_row(SeatEnd), SEAT_ENDS, params):
+        ends[end.episode_id].append(end)
+    turns: dict[str, list[Turn]] = defaultdict(list)
+    if with_turns:
+        for turn in await fetch_all(conn, turn_row, WINNING_TURNS, params):
+            turns[turn.episode_id].append(turn)
+    return [
+        EpisodeRecord(
+            **base[episode_id],
+            turns=tuple(turns[episode_id]),
+            ends=tuple(ends[episode_id]),
+            seats=tuple(seats[episode_id]),
+        )
+        for episode_id in episode_ids
+        if episode_id in base
+    ]
+
+
+class EpisodesMixin(LedgerConnection):
+    """Episode reads and counts (see the module docstring)."""
+
+    async def episode(self, episode_id: str) -> EpisodeRecord:
+        """One episode with its seats, ends and the turns of each seat's winning attempt (the
+        one that ended it) or, for a seat still playing, its latest attempt."""
+        async with self._pool.connection() as conn:
+            records = await load_episodes(conn, [episode_id], with_turns=True)
+        if not records:
+            raise NotFound(f"episode {episode_id!r} not found")
+        return records[0]
+
+    async def list_episodes(
+        self,
+        run_id: str,
+        limit: int = 100,
+        *,
+        kind: str | None = None,
+        with_turns: bool = True,
+    ) -> list[EpisodeRecord]:
+        """The run's most recently added episodes, newest first.
+
+        With `with_turns=False` the records' `turns` are left empty (much less to read).
+        """
+        params = {"run_id": run_id, "kind": kind, "limit": limit}
+        async with self._pool.connection() as conn:
+            rows = await fetch_all(conn, dict_row, LATEST_EPISODE_IDS, params)
+            ids = [row["episode_id"] for row in rows]
+            return await load_episodes(conn, ids, with_turns=with_turns)
+
+    async def episode_counts(self, run_id: str) -> dict[str, int]:
+        """Episodes of the run by state: 'total', 'pending' (no seat claimed yet), 'running'
+        (claimed, not every seat ended), 'ended' (every seat ended) and 'failed' (ended with a
+        failed seat)."""
+        async with self._pool.connection() as conn:
+            counts = await fetch_all(conn, dict_row, EPISODE_COUNTS, {"run_id": run_id})
+        return dict(counts[0])

@@ -1,0 +1,120 @@
+"""Runs and their settings.
+
+A run is created once per name (`create_run` is idempotent on it) and looked up by id or name.
+Settings are facts too: `set_setting` appends a value and the latest value per key wins (the
+`current_settings` view). Roles read them: `max_lag` (the gateway's admission), `paused` and
+`finished` (no more seat claims), the addresses roles advertise.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from typing import Any, LiteralString
+
+from psycopg.rows import class_row
+
+from rollout.ledger.connection import LedgerConnection, fetch_all, fetch_one
+from rollout.ledger.errors import InvalidInput, LedgerError, NotFound
+from rollout.ledger.inputs import jsonb, known_run, not_empty
+from rollout.ledger.records import RunRecord
+
+RUN_COLUMNS: LiteralString = (
+    "run_id, name, environment, config, extract(epoch FROM created_at)::float8 AS created_at"
+)
+INSERT_RUN: LiteralString = (
+    "INSERT INTO runs (run_id, name, environment, config)"
+    " VALUES (%(run_id)s, %(name)s, %(environment)s, %(config)s)"
+    " ON CONFLICT DO NOTHING RETURNING " + RUN_COLUMNS
+)
+RUN_BY_NAME: LiteralString = "SELECT " + RUN_COLUMNS + " FROM runs WHERE name = %(name)s"
+# An id wins over a name that happens to equal another run's id.
+RUN_BY_ID_OR_NAME: LiteralString = (
+    "SELECT " + RUN_COLUMNS + " FROM runs WHERE run_id = %(run)s OR name = %(run)s"
+    " ORDER BY run_id = %(run)s DESC LIMIT 1"
+)
+LIST_RUNS: LiteralString = "SELECT " + RUN_COLUMNS + " FROM runs ORDER BY created_at, run_id"
+# Appends nothing when the key's latest value is already this one.
+APPEND_SETTING: LiteralString = """
+INSERT INTO settings (run_id, key, value)
+SELECT %(run)s, %(key)s, %(value)s
+WHERE (SELECT value FROM settings WHERE run_id = %(run)s AND key = %(key)s
+       ORDER BY id DESC LIMIT 1) IS DISTINCT FROM %(value)s
+RETURNING true AS appended
+"""
+RUN_SETTINGS: LiteralString = "SELECT key, value FROM current_settings WHERE run_id = %(run)s"
+
+
+class RunsMixin(LedgerConnection):
+    """Runs and settings (see the module docstring)."""
+
+    async def create_run(self, name: str, environment: str, config: dict[str, Any]) -> RunRecord:
+        """Create a run. Idempotent on `name`: the same name, environment and config returns the
+        existing run; a different environment or config under a taken name is an error."""
+        if not name or not name.strip():
+            raise InvalidInput(f"run name must not be empty, got {name!r}")
+        not_empty("environment", environment)
+        params = {"name": name, "environment": environment, "config": jsonb("config", config)}
+        as_run = class_row(RunRecord)
+        async with self._pool.connection() as conn:
+            for _ in range(5):
+                params["run_id"] = secrets.token_hex(4)
+                created = await fetch_one(conn, as_run, INSERT_RUN, params)
+                if created is not None:
+                    return created
+                run = await fetch_one(conn, as_run, RUN_BY_NAME, params)
+                if run is None:
+                    continue  # the random id collided; draw another
+                # Compare as stored: tuples are lists in JSON.
+                if run.environment != environment or run.config != json.loads(json.dumps(config)):
+                    raise LedgerError(
+                        f"run name {name!r} is taken by run {run.run_id} with a different "
+                        "environment or config; choose another name"
+                    )
+                return run
+        raise LedgerError("could not draw a free run id")  # pragma: no cover
+
+    async def get_run(self, run: str) -> RunRecord:
+        """By id or name; raises NotFound."""
+        async with self._pool.connection() as conn:
+            record = await fetch_one(conn, class_row(RunRecord), RUN_BY_ID_OR_NAME, {"run": run})
+        if record is None:
+            raise NotFound(f"run {run!r} not found (neither a run id nor a run name)")
+        return record
+
+    async def list_runs(self) -> list[RunRecord]:
+        """Every run, oldest first."""
+        async with self._pool.connection() as conn:
+            return await fetch_all(conn, class_row(RunRecord), LIST_RUNS)
+
+    async def set_setting(self, run_id: str, key: str, value: Any) -> bool:
+        """Append a setting fact (max_lag, paused, ...); the latest per key wins.
+
+        Returns False (and appends nothing) when the key already has this value.
+        """
+        not_empty("setting key", key)
+        params = {"run": run_id, "key": key, "value": jsonb(f"setting {key!r}", value)}
+        async with self._pool.connection() as conn:
+            with known_run(run_id):
+                cursor = await conn.execute(APPEND_SETTING, params)
+            return await cursor.fetchone() is not None
+
+    async def settings(self, run_id: str) -> dict[str, Any]:
+        """The latest value of every setting of the run."""
+        async with self._pool.connection() as conn:
+            cursor = await conn.execute(RUN_SETTINGS, {"run": run_id})
+            return {row["key"]: row["value"] for row in await cursor.fetchall()}
+
+    async def pause_run(self, run_id: str) -> bool:
+        """Stop handing out seats of the run (seats already claimed play on).
+
+        Returns False when the run was paused already.
+        """
+        return await self.set_setting(run_id, "paused", True)
+
+    async def resume_run(self, run_id: str) -> bool:
+        """Hand out the run's seats again.
+
+        Returns False when the run's latest `paused` setting already says false.
+        """
+        return await self.set_setting(run_id, "paused", False)

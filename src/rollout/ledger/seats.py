@@ -1,0 +1,307 @@
+"""Episodes and their agent seats: adding episodes, claims, heartbeats, keys and seat ends.
+
+Each episode has one seat per agent. A seat row is the seat's lease: `attempt` counts claims (0:
+never claimed), `runner` and `expires_at` say who plays it until when, and `done` caches "a
+`seat_ends` row exists" (written in the same transaction). A runner claims a seat attempt
+(`claim_seats`, which also hands out the attempt's API key), keeps it with `heartbeat` and ends
+it with `end_seat`; a claim that expires is handed out again as the next attempt, and every
+write of an older attempt is refused with `StaleFence`. The first end of a seat wins.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from typing import Any, LiteralString
+
+from psycopg.rows import class_row
+
+from rollout.ledger.connection import Conn, LedgerConnection, fetch_all, fetch_one
+from rollout.ledger.errors import InvalidInput, LedgerError, NotFound, StaleFence
+from rollout.ledger.inputs import finite, jsonb, known_run, metrics_jsonb
+from rollout.ledger.records import (
+    EPISODE_KINDS,
+    SEAT_STATUSES,
+    EpisodeSpec,
+    KeyInfo,
+    SeatClaim,
+)
+
+INSERT_EPISODE: LiteralString = """
+INSERT INTO episodes (episode_id, run_id, kind, group_index, member, parameters, seed, agents)
+VALUES (%(episode_id)s, %(run_id)s, %(kind)s, %(group_index)s, %(member)s, %(parameters)s,
+        %(seed)s, %(agents)s)
+ON CONFLICT DO NOTHING
+"""
+# Seats for the episodes just inserted (and any missing), in episode order.
+INSERT_SEATS: LiteralString = """
+INSERT INTO seats (episode_id, agent, run_id, kind)
+SELECT e.episode_id, a, e.run_id, e.kind
+FROM episodes e CROSS JOIN LATERAL generate_series(0, e.agents - 1) a
+WHERE e.episode_id = ANY(%(episode_ids)s)
+ORDER BY e.seq, a
+ON CONFLICT DO NOTHING
+"""
+# Oldest seat first, of runs neither paused nor finished; SKIP LOCKED so that concurrent
+# claimers never get the same seat attempt. Every claim is a `seat_claims` fact with its key.
+CLAIM_SEATS: LiteralString = """
+WITH pick AS (
+    SELECT s.episode_id, s.agent, s.seq FROM seats s
+    WHERE NOT s.done
+      AND (s.expires_at IS NULL OR s.expires_at <= now())
+      AND (%(run)s::text IS NULL OR s.run_id = %(run)s)
+      AND (%(kinds)s::text[] IS NULL OR s.kind = ANY(%(kinds)s::text[]))
+      AND NOT EXISTS (
+          SELECT 1 FROM current_settings p
+          WHERE p.run_id = s.run_id AND p.key IN ('paused', 'finished')
+            AND p.value = 'true'::jsonb)
+    ORDER BY s.seq
+    LIMIT %(limit)s
+    FOR UPDATE OF s SKIP LOCKED
+), claimed AS (
+    UPDATE seats s
+    SET attempt = s.attempt + 1, runner = %(runner)s,
+        expires_at = now() + make_interval(secs => %(lease)s)
+    FROM pick
+    WHERE s.episode_id = pick.episode_id AND s.agent = pick.agent
+    RETURNING s.run_id, s.episode_id, s.agent, s.attempt, s.runner, pick.seq
+), keyed AS (
+    SELECT c.*, (%(keys)s::text[])[row_number() OVER (ORDER BY c.seq)] AS api_key
+    FROM claimed c
+), fact AS (
+    INSERT INTO seat_claims (episode_id, agent, attempt, run_id, runner, api_key, lease_s)
+    SELECT episode_id, agent, attempt, run_id, runner, api_key, %(lease)s FROM keyed
+)
+SELECT k.run_id, k.episode_id, k.agent, k.attempt, k.runner, e.parameters, e.seed, e.agents,
+       k.api_key, e.kind, e.group_index, e.member
+FROM keyed k JOIN episodes e ON e.episode_id = k.episode_id
+ORDER BY k.seq
+"""
+HEARTBEAT: LiteralString = """
+UPDATE seats SET expires_at = now() + make_interval(secs => %(lease)s)
+WHERE episode_id = %(episode_id)s AND agent = %(agent)s AND attempt = %(attempt)s AND NOT done
+RETURNING true AS extended
+"""
+SEAT: LiteralString = (
+    "SELECT run_id, kind, attempt, done FROM seats"
+    " WHERE episode_id = %(episode_id)s AND agent = %(agent)s"
+)
+SEAT_FOR_UPDATE: LiteralString = SEAT + " FOR UPDATE"
+KEY: LiteralString = (
+    "SELECT run_id, episode_id, agent, attempt FROM seat_claims WHERE api_key = %(api_key)s"
+)
+INSERT_SEAT_END: LiteralString = """
+INSERT INTO seat_ends (episode_id, agent, attempt, run_id, status, reward, score, metrics, error)
+VALUES (%(episode_id)s, %(agent)s, %(attempt)s, %(run_id)s, %(status)s, %(reward)s, %(score)s,
+        %(metrics)s, %(error)s)
+"""
+MARK_SEAT_DONE: LiteralString = (
+    "UPDATE seats SET done = true, expires_at = NULL"
+    " WHERE episode_id = %(episode_id)s AND agent = %(agent)s"
+)
+NOTIFY_GROUPS: LiteralString = "SELECT pg_notify('groups', %(run_id)s)"
+
+
+def episode_id_for(run_id: str, spec: EpisodeSpec) -> str:
+    """The deterministic id of an episode: run, kind, group and member.
+
+    Example:
+        >>> episode_id_for("ab12", EpisodeSpec(group_index=3, member=1, parameters={}, seed=0))
+        'ab12-train-g3-m1'
+    """
+    return f"{run_id}-{spec.kind}-g{spec.group_index}-m{spec.member}"
+
+
+def seat_not_found(episode_id: str, agent: int) -> NotFound:
+    return NotFound(f"seat {agent} of episode {episode_id!r} not found")
+
+
+def seat_taken_over(episode_id: str, agent: int, attempt: int, latest: int) -> StaleFence:
+    return StaleFence(
+        f"attempt {attempt} of seat {agent} of episode {episode_id!r} was taken over "
+        f"by attempt {latest}"
+    )
+
+
+def _seat_key(claim: SeatClaim) -> dict[str, Any]:
+    return {"episode_id": claim.episode_id, "agent": claim.agent, "attempt": claim.attempt}
+
+
+def _episode_row(run_id: str, position: int, spec: EpisodeSpec) -> dict[str, Any]:
+    if spec.kind not in EPISODE_KINDS:
+        raise InvalidInput(
+            f"episodes[{position}].kind must be one of {EPISODE_KINDS}, got {spec.kind!r}"
+        )
+    if spec.agents < 1:
+        raise InvalidInput(f"episodes[{position}].agents must be >= 1, got {spec.agents!r}")
+    if spec.group_index < 0 or spec.member < 0:
+        raise InvalidInput(
+            f"episodes[{position}] group_index and member must be >= 0, got "
+            f"{spec.group_index!r} and {spec.member!r}"
+        )
+    return {
+        "episode_id": episode_id_for(run_id, spec),
+        "run_id": run_id,
+        "kind": spec.kind,
+        "group_index": spec.group_index,
+        "member": spec.member,
+        "parameters": jsonb(f"episodes[{position}].parameters", spec.parameters),
+        "seed": int(spec.seed),
+        "agents": spec.agents,
+    }
+
+
+class SeatsMixin(LedgerConnection):
+    """Episodes, seat claims, heartbeats, keys and seat ends (see the module docstring)."""
+
+    async def add_episodes(self, run_id: str, episodes: Sequence[EpisodeSpec]) -> list[str]:
+        """Idempotent on (run, kind, group_index, member); returns episode ids, in order.
+
+        An episode already present keeps its first parameters, seed and agents.
+        """
+        rows: list[dict[str, Any]] = []
+        seen: set[str] = set()
+        for position, spec in enumerate(episodes):
+            row = _episode_row(run_id, position, spec)
+            if row["episode_id"] in seen:
+                raise InvalidInput(f"episodes[{position}] repeats episode {row['episode_id']!r}")
+            seen.add(row["episode_id"])
+            rows.append(row)
+        if not rows:
+            return []
+        ids = [row["episode_id"] for row in rows]
+        async with self._pool.connection() as conn, conn.transaction():
+            with known_run(run_id):
+                await conn.cursor().executemany(INSERT_EPISODE, rows)
+            await conn.execute(INSERT_SEATS, {"episode_ids": ids})
+        return ids
+
+    async def claim_seat(
+        self,
+        runner: str,
+        *,
+        run_id: str | None = None,
+        lease_seconds: float = 60.0,
+        kinds: Sequence[str] | None = None,
+    ) -> SeatClaim | None:
+        """Claim one unclaimed seat (see `claim_seats`); None when there is nothing to claim."""
+        claims = await self.claim_seats(
+            runner, limit=1, run_id=run_id, lease_seconds=lease_seconds, kinds=kinds
+        )
+        return claims[0] if claims else None
+
+    async def claim_seats(
+        self,
+        runner: str,
+        *,
+        limit: int,
+        run_id: str | None = None,
+        lease_seconds: float = 60.0,
+        kinds: Sequence[str] | None = None,
+    ) -> list[SeatClaim]:
+        """Claim up to `limit` unclaimed seats (or ones whose claim expired: attempt + 1) in one
+        transaction. SKIP LOCKED: concurrent claimers never get the same seat attempt.
+
+        Seats are handed out oldest episode first, only for runs that are neither paused nor
+        finished (a finished run's leftover queued episodes are never played). Each claim gets
+        its own API key.
+
+        Args:
+            runner: Who claims (recorded with each claim).
+            limit: The most seats to claim (>= 1).
+            run_id: Only seats of this run.
+            lease_seconds: A claim expires unless renewed by `heartbeat` within this time.
+            kinds: Only episodes of these kinds ('train', 'eval', 'playground').
+        """
+        if lease_seconds <= 0:
+            raise InvalidInput(f"lease_seconds must be > 0, got {lease_seconds!r}")
+        if limit < 1:
+            raise InvalidInput(f"limit must be >= 1, got {limit!r}")
+        for kind in kinds or ():
+            if kind not in EPISODE_KINDS:
+                raise InvalidInput(f"kinds must be among {EPISODE_KINDS}, got {kind!r}")
+        params = {
+            "run": run_id,
+            "kinds": list(kinds) if kinds is not None else None,
+            "runner": runner,
+            "lease": float(lease_seconds),
+            "keys": ["rk-" + secrets.token_urlsafe(24) for _ in range(limit)],
+            "limit": limit,
+        }
+        async with self._pool.connection() as conn:
+            return await fetch_all(conn, class_row(SeatClaim), CLAIM_SEATS, params)
+
+    async def heartbeat(self, claim: SeatClaim, lease_seconds: float = 60.0) -> None:
+        """Extend the claim; StaleFence if another attempt took over.
+
+        A claim that expired but was not taken over is revived. A heartbeat after this attempt
+        ended the seat is a no-op.
+        """
+        if lease_seconds <= 0:
+            raise InvalidInput(f"lease_seconds must be > 0, got {lease_seconds!r}")
+        params = {**_seat_key(claim), "lease": float(lease_seconds)}
+        async with self._pool.connection() as conn:
+            cursor = await conn.execute(HEARTBEAT, params)
+            if await cursor.fetchone() is not None:
+                return
+            seat = await _seat(conn, claim, lock=False)
+        if seat["attempt"] != claim.attempt:
+            raise seat_taken_over(claim.episode_id, claim.agent, claim.attempt, seat["attempt"])
+        if not seat["done"]:  # pragma: no cover - the update would have matched
+            raise LedgerError(f"seat {claim.agent} of episode {claim.episode_id!r} refused a write")
+
+    async def resolve_key(self, api_key: str) -> KeyInfo | None:
+        """The seat attempt an API key was issued for, or None for an unknown key.
+
+        The key of a superseded attempt still resolves (to its own attempt); its writes are
+        refused with StaleFence.
+        """
+        async with self._pool.connection() as conn:
+            return await fetch_one(conn, class_row(KeyInfo), KEY, {"api_key": api_key})
+
+    async def end_seat(
+        self,
+        claim: SeatClaim,
+        *,
+        reward: float,
+        score: dict[str, Any] | None = None,
+        metrics: dict[str, float] | None = None,
+        status: str = "completed",
+        error: str | None = None,
+    ) -> bool:
+        """Fenced by attempt; the first end of a seat wins. True if new.
+
+        Raises:
+            StaleFence: another attempt took the seat over.
+        """
+        if status not in SEAT_STATUSES:
+            raise InvalidInput(f"status must be one of {SEAT_STATUSES}, got {status!r}")
+        params = {
+            **_seat_key(claim),
+            "status": status,
+            "reward": finite("reward", reward),
+            "score": jsonb("score", score) if score is not None else None,
+            "metrics": metrics_jsonb("metrics", metrics),
+            "error": error,
+        }
+        async with self._pool.connection() as conn, conn.transaction():
+            seat = await _seat(conn, claim, lock=True)
+            if seat["attempt"] != claim.attempt:
+                raise seat_taken_over(claim.episode_id, claim.agent, claim.attempt, seat["attempt"])
+            if seat["done"]:
+                return False  # this attempt ended it before (a retry)
+            params["run_id"] = seat["run_id"]
+            await conn.execute(INSERT_SEAT_END, params)
+            await conn.execute(MARK_SEAT_DONE, params)
+            if seat["kind"] == "train":
+                await conn.execute(NOTIFY_GROUPS, params)
+        return True
+
+
+async def _seat(conn: Conn, claim: SeatClaim, *, lock: bool) -> dict[str, Any]:
+    """The claim's seat row (run_id, kind, attempt, done); NotFound if there is none."""
+    cursor = await conn.execute(SEAT_FOR_UPDATE if lock else SEAT, _seat_key(claim))
+    seat = await cursor.fetchone()
+    if seat is None:
+        raise seat_not_found(claim.episode_id, claim.agent)
+    return seat

@@ -1,0 +1,253 @@
+"""Training facts: complete groups, train steps and checkpoints.
+
+The trainer reads complete groups not yet trained (`complete_groups`), trains on them, and
+records the step with `record_train_step`: one transaction, fenced by the trainer's lease, that
+marks the groups consumed (a group is trained at most once), records the step's metrics and
+its checkpoint. Which groups are complete is decided in one place, the `group_status` view
+(migration 0002): the trainer's read and the step's check both ask it.
+
+A checkpoint's version is the number of optimizer steps behind it; (run, version) is its key
+and its URI never changes.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any, LiteralString
+
+from psycopg.rows import class_row, dict_row, kwargs_row
+
+from rollout.ledger.connection import Conn, LedgerConnection, fetch_all, fetch_one
+from rollout.ledger.episodes import load_episodes
+from rollout.ledger.errors import InvalidInput, LedgerError
+from rollout.ledger.inputs import jsonb, known_run, metrics_jsonb
+from rollout.ledger.leases import check_fence
+from rollout.ledger.records import (
+    CheckpointRecord,
+    EpisodeRecord,
+    GroupRecord,
+    Lease,
+    TrainStepRecord,
+)
+
+# Complete train groups no step has consumed, oldest first (see `group_status`).
+TRAINABLE_GROUPS: LiteralString = """
+SELECT group_index FROM group_status
+WHERE run_id = %(run_id)s AND kind = 'train' AND complete AND consumed_by_step IS NULL
+ORDER BY first_seq
+LIMIT %(limit)s
+"""
+# The same view, for the groups a step is about to consume.
+GROUPS_TO_CONSUME: LiteralString = """
+SELECT group_index, complete, consumed_by_step FROM group_status
+WHERE run_id = %(run_id)s AND kind = 'train' AND group_index = ANY(%(groups)s)
+ORDER BY group_index
+"""
+GROUP_EPISODE_IDS: LiteralString = """
+SELECT episode_id FROM episodes
+WHERE run_id = %(run_id)s AND kind = 'train' AND group_index = ANY(%(groups)s)
+ORDER BY group_index, member
+"""
+INSERT_TRAIN_STEP: LiteralString = """
+INSERT INTO train_steps (run_id, step, group_indices, metrics, lease_name, lease_epoch)
+VALUES (%(run_id)s, %(step)s, %(groups)s, %(metrics)s, %(lease_name)s, %(lease_epoch)s)
+ON CONFLICT DO NOTHING
+RETURNING true AS inserted
+"""
+TRAIN_STEP_GROUPS: LiteralString = (
+    "SELECT group_indices FROM train_steps WHERE run_id = %(run_id)s AND step = %(step)s"
+)
+CONSUME_GROUPS: LiteralString = """
+INSERT INTO consumed_groups (run_id, group_index, step)
+SELECT %(run_id)s, g, %(step)s FROM unnest(%(groups)s::int4[]) g
+"""
+TRAIN_STEPS: LiteralString = """
+SELECT run_id, step, group_indices, metrics, extract(epoch FROM created_at)::float8 AS created_at
+FROM train_steps WHERE run_id = %(run_id)s ORDER BY step
+"""
+# created_at: the clock at the transaction's last statement, not its start, so it is within a
+# commit of when the checkpoint became visible (max_lag checks).
+INSERT_CHECKPOINT: LiteralString = """
+INSERT INTO checkpoints (run_id, version, parent_version, uri, kind, metadata, lease_epoch,
+                         created_at)
+VALUES (%(run_id)s, %(version)s, %(parent_version)s, %(uri)s, %(kind)s, %(metadata)s,
+        %(lease_epoch)s, clock_timestamp())
+ON CONFLICT DO NOTHING
+RETURNING true AS inserted
+"""
+CHECKPOINT_URI: LiteralString = (
+    "SELECT uri FROM checkpoints WHERE run_id = %(run_id)s AND version = %(version)s"
+)
+CHECKPOINT_COLUMNS: LiteralString = (
+    "run_id, version, parent_version, uri, kind,"
+    " extract(epoch FROM created_at)::float8 AS created_at, metadata"
+)
+CHECKPOINTS: LiteralString = (
+    "SELECT " + CHECKPOINT_COLUMNS + " FROM checkpoints WHERE run_id = %(run_id)s ORDER BY version"
+)
+LATEST_CHECKPOINT: LiteralString = CHECKPOINTS + " DESC LIMIT 1"
+
+
+def _train_step(*, group_indices: Sequence[int], **columns: Any) -> TrainStepRecord:
+    return TrainStepRecord(group_indices=tuple(group_indices), **columns)
+
+
+async def check_groups(conn: Conn, run_id: str, groups: list[int]) -> None:
+    """Raise LedgerError unless every group is a complete train group no step consumed."""
+    params = {"run_id": run_id, "groups": groups}
+    found = {
+        row["group_index"]: row
+        for row in await fetch_all(conn, dict_row, GROUPS_TO_CONSUME, params)
+    }
+    for row in found.values():
+        if row["consumed_by_step"] is not None:
+            raise LedgerError(
+                f"group {row['group_index']} of run {run_id!r} was already consumed by step "
+                f"{row['consumed_by_step']}"
+            )
+    for index in groups:
+        if index not in found:
+            raise LedgerError(f"group {index} of run {run_id!r} has no train episodes")
+        if not found[index]["complete"]:
+            raise LedgerError(f"group {index} of run {run_id!r} is not complete")
+
+
+async def insert_checkpoint(conn: Conn, lease: Lease, checkpoint: CheckpointRecord) -> bool:
+    """Inside a fenced transaction: record the checkpoint; False if it was recorded before.
+
+    Raises:
+        LedgerError: the version was recorded before with another URI.
+    """
+    if checkpoint.version < 0:
+        raise InvalidInput(f"checkpoint.version must be >= 0, got {checkpoint.version!r}")
+    params = {
+        "run_id": checkpoint.run_id,
+        "version": checkpoint.version,
+        "parent_version": checkpoint.parent_version,
+        "uri": checkpoint.uri,
+        "kind": checkpoint.kind,
+        "metadata": jsonb("checkpoint.metadata", checkpoint.metadata),
+        "lease_epoch": lease.epoch,
+    }
+    with known_run(checkpoint.run_id):
+        inserted = await fetch_one(conn, dict_row, INSERT_CHECKPOINT, params)
+    if inserted is not None:
+        return True
+    recorded = await fetch_one(conn, dict_row, CHECKPOINT_URI, params)
+    if recorded is not None and recorded["uri"] != checkpoint.uri:
+        raise LedgerError(
+            f"checkpoint version {checkpoint.version} of run {checkpoint.run_id!r} was "
+            f"recorded before at {recorded['uri']!r}, not {checkpoint.uri!r}"
+        )
+    return False
+
+
+class TrainingMixin(LedgerConnection):
+    """Complete groups, train steps and checkpoints (see the module docstring)."""
+
+    async def complete_groups(self, run_id: str, limit: int) -> list[GroupRecord]:
+        """Complete 'train' groups not yet consumed by a train step, oldest first.
+
+        A group is complete when every episode of it has every seat ended (a failed seat counts
+        as ended; the `group_status` view). Each episode carries the turns of each seat's
+        winning attempt, by agent then index, and its ends.
+        """
+        if limit <= 0:
+            return []
+        async with self._pool.connection() as conn:
+            params = {"run_id": run_id, "limit": limit}
+            rows = await fetch_all(conn, dict_row, TRAINABLE_GROUPS, params)
+            groups = [row["group_index"] for row in rows]
+            if not groups:
+                return []
+            params = {"run_id": run_id, "groups": groups}
+            rows = await fetch_all(conn, dict_row, GROUP_EPISODE_IDS, params)
+            episodes = await load_episodes(
+                conn, [row["episode_id"] for row in rows], with_turns=True
+            )
+        by_group: dict[int, list[EpisodeRecord]] = defaultdict(list)
+        for record in episodes:
+            by_group[record.group_index].append(record)
+        return [GroupRecord(run_id, index, tuple(by_group[index])) for index in groups]
+
+    async def record_train_step(
+        self,
+        lease: Lease,
+        run_id: str,
+        step: int,
+        group_indices: Sequence[int],
+        metrics: dict[str, float],
+        checkpoint: CheckpointRecord,
+    ) -> bool:
+        """Fenced; atomically marks the groups consumed and records the step + checkpoint.
+
+        Idempotent on (run, step): a retry with the same groups returns False.
+
+        Raises:
+            StaleFence: the lease was taken over (nothing is written).
+            LedgerError: a group is not a complete train group, was consumed by another step,
+                or the step was recorded before with other groups, or the checkpoint's version
+                was recorded before with another URI.
+        """
+        if step < 0:
+            raise InvalidInput(f"step must be >= 0, got {step!r}")
+        if checkpoint.run_id != run_id:
+            raise InvalidInput(
+                f"checkpoint.run_id {checkpoint.run_id!r} is not the step's run {run_id!r}"
+            )
+        groups = sorted({int(g) for g in group_indices})
+        if len(groups) != len(group_indices):
+            raise InvalidInput(f"group_indices repeats a group: {list(group_indices)!r}")
+        params = {
+            "run_id": run_id,
+            "step": step,
+            "groups": groups,
+            "metrics": metrics_jsonb("metrics", metrics),
+            "lease_name": lease.name,
+            "lease_epoch": lease.epoch,
+        }
+        async with self._pool.connection() as conn, conn.transaction():
+            await check_fence(conn, lease)
+            with known_run(run_id):
+                inserted = await fetch_one(conn, dict_row, INSERT_TRAIN_STEP, params)
+            if inserted is None:
+                row = await fetch_one(conn, dict_row, TRAIN_STEP_GROUPS, params)
+                recorded = sorted(row["group_indices"]) if row is not None else []
+                if recorded != groups:
+                    raise LedgerError(
+                        f"step {step} of run {run_id!r} was recorded before with groups "
+                        f"{recorded}, not {groups}"
+                    )
+                return False
+            if groups:
+                await check_groups(conn, run_id, groups)
+                await conn.execute(CONSUME_GROUPS, params)
+            await insert_checkpoint(conn, lease, checkpoint)
+        return True
+
+    async def record_checkpoint(self, lease: Lease, checkpoint: CheckpointRecord) -> bool:
+        """Fenced; record a checkpoint outside a train step (for example the base model as
+        version 0). Idempotent on (run, version). True if new."""
+        async with self._pool.connection() as conn, conn.transaction():
+            await check_fence(conn, lease)
+            return await insert_checkpoint(conn, lease, checkpoint)
+
+    async def latest_checkpoint(self, run_id: str) -> CheckpointRecord | None:
+        """The run's checkpoint of the highest version, or None before the first."""
+        async with self._pool.connection() as conn:
+            return await fetch_one(
+                conn, class_row(CheckpointRecord), LATEST_CHECKPOINT, {"run_id": run_id}
+            )
+
+    async def checkpoints(self, run_id: str) -> list[CheckpointRecord]:
+        """The run's checkpoints, oldest version first."""
+        async with self._pool.connection() as conn:
+            return await fetch_all(
+                conn, class_row(CheckpointRecord), CHECKPOINTS, {"run_id": run_id}
+            )
+
+    async def train_steps(self, run_id: str) -> list[TrainStepRecord]:
+        """The run's train steps, in step order."""
+        async with self._pool.connection() as conn:
+            return await fetch_all(conn, kwargs_row(_train_step), TRAIN_STEPS, {"run_id": run_id})
