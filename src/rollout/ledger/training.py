@@ -64,7 +64,7 @@ SELECT %(run_id)s, g, %(step)s FROM unnest(%(groups)s::int4[]) g
 """
 TRAIN_STEPS: LiteralString = """
 SELECT run_id, step, group_indices, metrics, extract(epoch FROM created_at)::float8 AS created_at
-FROM train_steps WHERE run_id = %(run_id)s ORDER BY step
+FROM train_steps WHERE run_id = %(run_id)s AND step > %(after)s ORDER BY step
 """
 # created_at: the clock at the transaction's last statement, not its start, so it is within a
 # commit of when the checkpoint became visible (max_lag checks).
@@ -247,7 +247,9 @@ class TrainingMixin(LedgerConnection):
                 conn, class_row(CheckpointRecord), CHECKPOINTS, {"run_id": run_id}
             )
 
-    async def train_steps(self, run_id: str) -> list[TrainStepRecord]:
-        """The run's train steps, in step order."""
+    async def train_steps(self, run_id: str, *, after: int = -1) -> list[TrainStepRecord]:
+        """The run's train steps after step `after` (default: all), in step order."""
         async with self._pool.connection() as conn:
-            return await fetch_all(conn, kwargs_row(_train_step), TRAIN_STEPS, {"run_id": run_id})
+            return await fetch_all(
+                conn, kwargs_row(_train_step), TRAIN_STEPS, {"run_id": run_id, "after": after}
+            )
