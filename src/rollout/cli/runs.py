@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
 
 from rollout.cli.common import JsonFlag, console, print_json, query, run_async
 from rollout.errors import RolloutError
+
+if TYPE_CHECKING:
+    from rollout.ledger import Ledger
 
 runs_app = typer.Typer(help="List, inspect and steer runs.", no_args_is_help=True)
 episodes_app = typer.Typer(help="Inspect episodes and their turns.", no_args_is_help=True)
@@ -85,18 +88,25 @@ def runs_set(
     console.print(f"{run_id}: " + ", ".join(f"{k} = {v}" for k, v in values.items()))
 
 
+def _pause(run: str, *, paused: bool) -> str:
+    async def go(ledger: Ledger) -> str:
+        record = await ledger.get_run(run)
+        await (ledger.pause_run if paused else ledger.resume_run)(record.run_id)
+        return record.run_id
+
+    return query(go)
+
+
 @runs_app.command("pause")
 def runs_pause(run: Annotated[str, typer.Argument(help="Run id or name.")]) -> None:
     """Stop handing out new episodes (episodes in flight finish)."""
-    run_id = run_async(_set_settings(run, {"paused": True}))
-    console.print(f"{run_id}: paused")
+    console.print(f"{_pause(run, paused=True)}: paused")
 
 
 @runs_app.command("resume")
 def runs_resume(run: Annotated[str, typer.Argument(help="Run id or name.")]) -> None:
     """Hand out episodes again."""
-    run_id = run_async(_set_settings(run, {"paused": False}))
-    console.print(f"{run_id}: resumed")
+    console.print(f"{_pause(run, paused=False)}: resumed")
 
 
 @episodes_app.command("show")
