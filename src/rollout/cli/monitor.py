@@ -1,0 +1,50 @@
+"""`rollout monitor`: the web UI for runs, transcripts, checkpoints and machines."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from rollout.cli.common import console, run_async
+
+
+def monitor(
+    port: Annotated[
+        int, typer.Option("--port", help="Port to listen on (0: any free port).")
+    ] = 8765,
+    host: Annotated[
+        str, typer.Option("--host", help="Address to bind; anything but loopback needs --token.")
+    ] = "127.0.0.1",
+    token: Annotated[
+        str | None,
+        typer.Option(
+            "--token",
+            envvar="ROLLOUT_MONITOR_TOKEN",
+            help="Require this token on every request (header, or the cookie a ?token= link sets).",
+        ),
+    ] = None,
+) -> None:
+    """Serve the web monitor: runs with live plots and controls, every transcript with its
+    tokens, the checkpoint tree, and every process the ledger has seen."""
+    import asyncio
+    import signal
+
+    from rollout.monitor.app import check_binding, serve
+
+    check_binding(host, token)  # refuse before connecting to anything
+
+    async def go() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await serve(
+            stop,
+            host=host,
+            port=port,
+            token=token,
+            echo=lambda text: console.print(text, markup=False, highlight=False),
+        )
+
+    run_async(go())
