@@ -181,3 +181,45 @@ async def test_episode_counts(ledger: Ledger, run: RunRecord) -> None:
     assert running is not None
     counts = await ledger.episode_counts(rid)
     assert counts == {"total": 3, "pending": 1, "running": 1, "ended": 1, "failed": 1}
+
+
+async def test_the_trainer_lists_exactly_the_groups_a_step_may_consume(
+    ledger: Ledger, run: RunRecord
+) -> None:
+    """One complete-group rule for both the trainer's read and the step's check: a group with
+    an unended seat is neither listed nor consumable; eval seats never count for train groups."""
+    rid = run.run_id
+    await ledger.add_episodes(
+        rid, [EpisodeSpec(g, m, {}, g, agents=2) for g in range(6) for m in range(2)]
+    )
+    await ledger.add_episodes(rid, [EpisodeSpec(g, 0, {}, g, kind="eval") for g in (2, 5, 7)])
+    claims = await ledger.claim_seats("r", limit=100, run_id=rid)
+    train = [c for c in claims if c.kind == "train"]
+    evals = {c.group_index: c for c in claims if c.kind == "eval"}
+    for claim in train:
+        if claim.group_index == 2 and (claim.member, claim.agent) == (1, 1):
+            continue  # group 2: one seat claimed, never ended
+        if claim.group_index == 3 and (claim.member, claim.agent) == (0, 0):
+            continue  # group 3: one seat never ended either
+        failed = claim.group_index == 1 and claim.agent == 1
+        await ledger.end_seat(claim, reward=1.0, status="failed" if failed else "completed")
+    await ledger.end_seat(evals[2], reward=1.0)  # an ended eval seat does not complete group 2
+    await ledger.end_seat(evals[7], reward=1.0)  # an eval-only group is no train group
+    # Group 5's eval seat stays open: it does not hold back train group 5.
+    lease = await ledger.acquire_lease(f"trainer:{rid}", "t")
+    assert await ledger.record_train_step(lease, rid, 1, [4], {}, checkpoint(rid, 1))
+
+    listed = [g.group_index for g in await ledger.complete_groups(rid, 100)]
+    assert listed == [0, 1, 5]
+    consumable = []
+    for index in range(8):
+        try:
+            await ledger.record_train_step(
+                lease, rid, 10 + index, [index], {}, checkpoint(rid, 10 + index)
+            )
+        except LedgerError:
+            continue
+        consumable.append(index)
+    assert consumable == listed
+    assert await ledger.complete_groups(rid, 100) == []
+    assert [s.step for s in await ledger.train_steps(rid, after=10)] == [11, 15]
