@@ -148,18 +148,25 @@ class LocalSupervisor:
             runs = [r for r in runs if r.run_id in self.run_filter or r.name in self.run_filter]
         active: list[RunRecord] = []
         presets: list[RunConfig] = []
+        evaluating = False
         for run in runs:
             spec = self._spec(run)
             if spec is None or spec.training is None:
                 continue
             settings = await self.ledger.settings(run.run_id)
+            # A run with an eval schedule has an evaluator until its last eval is scored.
+            if spec.training.evals and not settings.get("evaluated"):
+                self._ensure(f"evaluator-{run.name}", role_argv("evaluator", "--run", run.run_id))
+                evaluating = True
+            else:
+                self._retire(f"evaluator-{run.name}")
             if settings.get("finished"):
                 for role in ("inference", "gateway", "trainer"):
                     self._retire(f"{role}-{run.name}")
                 continue
             active.append(run)
             presets.append(spec.training)
-        if self.until_finished and not active:
+        if self.until_finished and not active and not evaluating:
             return False
         self._ensure("bridge", role_argv("bridge"))
         wanted_runners = self.runner_count or max([p.runners for p in presets] or [1])

@@ -68,6 +68,19 @@ class ImportanceConfig(BaseModel):
     high: float = Field(default=2.0, ge=1)
 
 
+class EvalSchedule(BaseModel):
+    """A preset's `evals:` entry: evaluate every `every`-th checkpoint (and the last) with a
+    suite (a YAML path, a built-in suite name or MODULE:ATTR; see `rollout.evals`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    suite: str = Field(min_length=1)
+    every: int = Field(ge=1)
+
+    def due(self, version: int) -> bool:
+        return version % self.every == 0
+
+
 class RunConfig(BaseModel):
     """Everything a run needs besides its environment."""
 
@@ -113,6 +126,8 @@ class RunConfig(BaseModel):
     runners: int = Field(1, ge=1)
     runner_concurrency: int = Field(32, ge=1)
     seed: int = 0
+    evals: list[EvalSchedule] = Field(default_factory=list)
+    """Eval suites played on a schedule by the evaluator role (none: no evaluator)."""
 
 
 def require_available(config: RunConfig) -> None:

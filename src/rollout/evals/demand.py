@@ -1,0 +1,102 @@
+"""On-demand evals (`rollout evals run SUITE --checkpoint VERSION|latest|base [--run RUN]`).
+
+`evaluate` records a 'demand' request for the checkpoint, turns it into a job (registering the
+suite version), and, unless asked only to queue it, plays the job in this process with its own
+`Evaluator` (any evaluator role of the run may share the work) until it is scored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from rollout.blobs import BlobStore
+from rollout.evals.errors import EvalError
+from rollout.evals.evaluator import Evaluator, episode_specs
+from rollout.ledger import Ledger, RunRecord
+from rollout.ledger.evals import BASE_VERSION, EvalJob
+from rollout.training.config import RunSpec
+from rollout.training.errors import TrainingError
+
+
+async def pick_run(ledger: Ledger, run: str | None) -> RunRecord:
+    """The run named (id or name), or else the newest train run."""
+    if run is not None:
+        return await ledger.get_run(run)
+    for record in reversed(await ledger.list_runs()):
+        try:
+            if RunSpec.of(record).kind == "train":
+                return record
+        except TrainingError:
+            continue
+    raise EvalError("there is no train run to evaluate: pass --run RUN")
+
+
+async def checkpoint_version(ledger: Ledger, run: RunRecord, checkpoint: str) -> int:
+    """`base` -> -1, `latest` -> the newest checkpoint, `N` or `vN` -> N (it must exist)."""
+    if checkpoint == "base":
+        return BASE_VERSION
+    versions = [c.version for c in await ledger.checkpoints(run.run_id)]
+    if checkpoint == "latest":
+        if not versions:
+            raise EvalError(f"run {run.name!r} has no checkpoint yet: evaluate 'base'")
+        return versions[-1]
+    text = checkpoint[1:] if checkpoint.startswith("v") else checkpoint
+    if not text.isdigit():
+        raise EvalError(f"--checkpoint must be a version, 'latest' or 'base', got {checkpoint!r}")
+    version = int(text)
+    if version not in versions:
+        raise EvalError(
+            f"--checkpoint {checkpoint!r}: run {run.name!r} has checkpoints "
+            f"{versions[0] if versions else '-'}..{versions[-1] if versions else '-'}, "
+            f"not {version}"
+        )
+    return version
+
+
+async def queue_eval(
+    evaluator: Evaluator, run: RunRecord, suite: str, version: int, trigger: str = "demand"
+) -> EvalJob:
+    """Request, register and create the job of `suite` on checkpoint `version` of `run`."""
+    ledger = evaluator.ledger
+    resolved = await evaluator.register(suite)
+    await ledger.request_eval(run.run_id, suite, version, trigger)
+    job = await ledger.create_eval_job(
+        run.run_id,
+        resolved.name,
+        resolved.version,
+        version,
+        episodes=resolved.episodes,
+        trigger=trigger,
+        request=suite,
+    )
+    await ledger.add_episodes(run.run_id, episode_specs(job, resolved))
+    return await ledger.eval_job(job.job_id)
+
+
+async def evaluate(
+    ledger: Ledger,
+    blobs: BlobStore,
+    suite: str,
+    *,
+    checkpoint: str = "latest",
+    run: str | None = None,
+    play: bool = True,
+    concurrency: int = 16,
+    cache_dir: Path | None = None,
+) -> EvalJob:
+    """Evaluate a checkpoint with a suite now (or only queue it, with `play=False`)."""
+    record = await pick_run(ledger, run)
+    version = await checkpoint_version(ledger, record, checkpoint)
+    evaluator = Evaluator(
+        ledger, blobs, run_id=record.run_id, concurrency=concurrency, cache_dir=cache_dir
+    )
+    try:
+        job = await queue_eval(evaluator, record, suite, version)
+        if play and not job.scored:
+            evaluator.only_jobs = {job.job_id}
+            await evaluator.run(asyncio.Event(), until_idle=True)
+            job = await ledger.eval_job(job.job_id)
+    finally:
+        await evaluator.close()
+    return job

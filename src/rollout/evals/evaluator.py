@@ -1,0 +1,430 @@
+"""The evaluator: turns eval requests into jobs, plays their episodes, records their scores.
+
+An evaluator holds no state another process depends on. Each pass it:
+
+1. requests what the runs' schedules ask for (a preset's `evals:` entries: every N steps and
+   the final checkpoint of a finished run); the trainer requests the same as it steps, and
+   both writes are idempotent, so a request lost to a kill is made again here;
+2. expands each pending request: resolves the suite, registers its version (a changed suite
+   under an old version is refused), creates the job and adds its episodes (kind 'eval');
+3. plays an unscored job: serves the job's checkpoint in this process (`CheckpointServer`),
+   claims whole episodes (fenced seat claims with their own gateway keys), plays each seat with
+   the suite's sampling and ends it under its attempt; once every seat of the job has ended it
+   records one score per environment with a 95% interval.
+
+A killed evaluator's claims expire and its episodes are played again as new attempts; the
+first end of a seat wins and scores are written once per (job, environment), so every episode
+counts exactly once. Several evaluators may share work: claims never overlap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import socket
+import tempfile
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from rollout.blobs import BlobStore
+from rollout.errors import RolloutError
+from rollout.evals.members import member_environment
+from rollout.evals.serving import CheckpointServer, version_label
+from rollout.evals.stats import estimate
+from rollout.evals.suite import ResolvedSuite, resolve
+from rollout.harness.core import Environment, RunContext
+from rollout.harness.errors import TaskError
+from rollout.harness.play import make_task, play_seat
+from rollout.ledger import EpisodeSpec, Ledger, RunRecord, SeatClaim, StaleFence
+from rollout.ledger.evals import EvalJob, EvalScore
+from rollout.net.client import TransportError
+from rollout.runners.client import GatewayClient
+from rollout.training.config import RunSpec
+from rollout.training.errors import TrainingError
+
+log = logging.getLogger("rollout.evaluator")
+
+
+def default_evaluator_id() -> str:
+    return f"evaluator-{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(2)}"
+
+
+def episode_specs(job: EvalJob, suite: ResolvedSuite) -> list[EpisodeSpec]:
+    """The job's episodes: group `job_id`, member k = the episode's place in the suite."""
+    specs: list[EpisodeSpec] = []
+    for member in suite.members:
+        for parameters in member.parameters:
+            k = len(specs)
+            specs.append(
+                EpisodeSpec(
+                    group_index=job.job_id,
+                    member=k,
+                    parameters=dict(parameters),
+                    seed=(suite.sampling.seed or 0) + k,
+                    agents=member.agents,
+                    kind="eval",
+                )
+            )
+    return specs
+
+
+def job_scores(suite: ResolvedSuite, ends: Sequence[Any]) -> list[EvalScore]:
+    """One score per environment from the seat ends of a finished job.
+
+    An episode's value is the mean reward of its seats (a failed seat counts with the reward it
+    ended with, 0); each episode counts once.
+    """
+    rewards: dict[int, list[float]] = defaultdict(list)
+    failed: set[int] = set()
+    for end in ends:
+        rewards[end.member].append(float(end.reward))
+        if end.status == "failed":
+            failed.add(end.member)
+    scores: list[EvalScore] = []
+    first = 0
+    for position, member in enumerate(suite.members):
+        members = range(first, first + len(member.parameters))
+        first += len(member.parameters)
+        values = [sum(rewards[k]) / len(rewards[k]) for k in members if rewards[k]]
+        if not values:
+            continue
+        e = estimate(values)
+        scores.append(
+            EvalScore(
+                environment=member.name,
+                position=position,
+                score=e.mean,
+                ci_low=e.low,
+                ci_high=e.high,
+                episodes=e.n,
+                failed=sum(1 for k in members if k in failed),
+                method=e.method,
+            )
+        )
+    return scores
+
+
+class Evaluator:
+    """Plays eval jobs until stopped (or, with `until_idle`, until nothing is left to do).
+
+    Args:
+        ledger: The ledger.
+        blobs: Where checkpoints are.
+        run_id: Only this run's requests and jobs (default: every run's).
+        jobs: Only these job ids (an on-demand `rollout evals run`); no schedule or request
+            expansion then.
+        concurrency: Seats played at once.
+        lease_seconds: A seat claim expires unless renewed within this time.
+        cache_dir: Where downloaded checkpoints go.
+    """
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        blobs: BlobStore,
+        *,
+        run_id: str | None = None,
+        jobs: Sequence[int] | None = None,
+        evaluator_id: str | None = None,
+        concurrency: int = 16,
+        lease_seconds: float = 30.0,
+        idle_wait: float = 2.0,
+        cache_dir: Path | None = None,
+    ) -> None:
+        if concurrency < 1:
+            raise RolloutError(f"concurrency must be >= 1, got {concurrency!r}")
+        self.ledger = ledger
+        self.run_id = run_id
+        self.only_jobs = set(jobs) if jobs is not None else None
+        self.evaluator_id = evaluator_id or default_evaluator_id()
+        self.concurrency = concurrency
+        self.lease_seconds = lease_seconds
+        self.idle_wait = idle_wait
+        cache = cache_dir or Path(tempfile.mkdtemp(prefix="rollout-evaluator-"))
+        self.server = CheckpointServer(ledger, blobs, cache)
+        self.seats_played = 0
+        self._suites: dict[tuple[str, str], ResolvedSuite] = {}
+        self._environments: dict[tuple[str, str, int], Environment] = {}
+        self._runs: dict[str, RunRecord] = {}
+        self._broken: set[tuple[str, str]] = set()
+
+    async def close(self) -> None:
+        await self.server.close()
+
+    async def run(self, stop: asyncio.Event, *, until_idle: bool = False) -> None:
+        """Work until `stop` is set; with `until_idle`, return once a pass finds nothing to do."""
+        while not stop.is_set():
+            worked = await self.step(stop)
+            if worked:
+                continue
+            if until_idle:
+                return
+            await self.ledger.wait(
+                ["episodes", "checkpoints", "ends", "settings"],
+                self.idle_wait,
+                run_id=self.run_id,
+            )
+
+    async def step(self, stop: asyncio.Event) -> bool:
+        """One pass (see the module docstring). True if a job was played."""
+        if self.only_jobs is None:
+            await self.request_scheduled()
+            await self.expand_requests()
+        for job in await self.ledger.eval_jobs(self.run_id):
+            if job.scored or (self.only_jobs is not None and job.job_id not in self.only_jobs):
+                continue
+            if await self.play_job(job, stop):
+                return True
+        if self.only_jobs is None and self.run_id is not None:
+            await self._mark_evaluated()
+        return False
+
+    async def _run(self, run_id: str) -> RunRecord:
+        if run_id not in self._runs:
+            self._runs[run_id] = await self.ledger.get_run(run_id)
+        return self._runs[run_id]
+
+    async def request_scheduled(self) -> None:
+        """Request what each run's schedule asks for (idempotent; see the module docstring)."""
+        runs = [await self._run(self.run_id)] if self.run_id else await self.ledger.list_runs()
+        for run in runs:
+            try:
+                spec = RunSpec.of(run)
+            except TrainingError:
+                continue
+            if spec.training is None or not spec.training.evals:
+                continue
+            checkpoints = await self.ledger.checkpoints(run.run_id)
+            if not checkpoints:
+                continue
+            finished = bool((await self.ledger.settings(run.run_id)).get("finished"))
+            for schedule in spec.training.evals:
+                for checkpoint in checkpoints:
+                    due = schedule.due(checkpoint.version) or (
+                        finished and checkpoint is checkpoints[-1]
+                    )
+                    if due:
+                        await self.ledger.request_eval(
+                            run.run_id, schedule.suite, checkpoint.version, "schedule"
+                        )
+
+    async def expand_requests(self) -> None:
+        """Create the job of every pending request (a suite that cannot load is logged once)."""
+        for request in await self.ledger.eval_requests(self.run_id, pending=True):
+            key = (request.run_id, request.suite)
+            try:
+                suite = await self.register(request.suite)
+            except RolloutError as error:
+                if key not in self._broken:
+                    log.error("eval request %s of run %s: %s", request.suite, request.run_id, error)
+                    self._broken.add(key)
+                continue
+            job = await self.ledger.create_eval_job(
+                request.run_id,
+                suite.name,
+                suite.version,
+                request.version,
+                episodes=suite.episodes,
+                trigger=request.trigger,
+                request=request.suite,
+            )
+            await self.ledger.add_episodes(job.run_id, episode_specs(job, suite))
+            log.info(
+                "queued eval job %s: %s@%s on %s",
+                job.job_id,
+                suite.name,
+                suite.version,
+                version_label(job.version),
+            )
+
+    async def register(self, reference: str) -> ResolvedSuite:
+        """Resolve a suite and record its version in the ledger (refused if changed)."""
+        suite = await asyncio.to_thread(resolve, reference)
+        await self.ledger.register_eval_suite(
+            suite.name, suite.version, suite.content_hash, suite.definition()
+        )
+        return suite
+
+    async def suite_of(self, job: EvalJob) -> ResolvedSuite:
+        """The suite exactly as registered (what every evaluator of the job plays)."""
+        key = (job.suite, job.suite_version)
+        if key not in self._suites:
+            record = await self.ledger.eval_suite(*key)
+            self._suites[key] = ResolvedSuite.from_definition(record.definition)
+        return self._suites[key]
+
+    async def play_job(self, job: EvalJob, stop: asyncio.Event) -> bool:
+        """Play the job's open seats and score it once every seat has ended.
+
+        Returns True if this evaluator played or scored anything.
+        """
+        suite = await self.suite_of(job)
+        specs = episode_specs(job, suite)
+        if job.seats < sum(spec.agents for spec in specs):
+            await self.ledger.add_episodes(job.run_id, specs)
+            job = await self.ledger.eval_job(job.job_id)
+        played = False
+        if job.seats_ended < job.seats:
+            played = await self._play_open_seats(job, suite, stop)
+            job = await self.ledger.eval_job(job.job_id)
+        if job.seats_ended < job.seats or job.scored:
+            return played
+        scores = job_scores(suite, await self.ledger.eval_seat_ends(job))
+        if await self.ledger.record_eval_scores(job, scores):
+            log.info(
+                "eval job %s (%s@%s on %s): %s",
+                job.job_id,
+                job.suite,
+                job.suite_version,
+                version_label(job.version),
+                ", ".join(f"{s.environment} {s.score:.3f}" for s in scores),
+            )
+        return True
+
+    async def _play_open_seats(
+        self, job: EvalJob, suite: ResolvedSuite, stop: asyncio.Event
+    ) -> bool:
+        run = await self._run(job.run_id)
+        client = GatewayClient(await self.server.serve(run, job.version))
+        widest = max(m.agents for m in suite.members)
+        active: set[asyncio.Task[None]] = set()
+        played = False
+        try:
+            while not stop.is_set():
+                room = (self.concurrency - len(active)) // widest
+                claims: list[SeatClaim] = []
+                if room >= 1:
+                    claims = await self.ledger.claim_eval_seats(
+                        job, self.evaluator_id, limit=room, lease_seconds=self.lease_seconds
+                    )
+                for claim in claims:
+                    task = asyncio.create_task(self.play_seat(claim, suite, client))
+                    active.add(task)
+                    task.add_done_callback(active.discard)
+                    played = True
+                if claims:
+                    continue
+                if active:
+                    await asyncio.wait(active, return_when=asyncio.FIRST_COMPLETED)
+                    continue
+                progress = await self.ledger.eval_job(job.job_id)
+                if progress.seats_ended >= progress.seats:
+                    break
+                # Others hold the open seats: wait for their ends, or for their claims to expire.
+                await self.ledger.wait(
+                    "ends", min(self.idle_wait, self.lease_seconds), run_id=job.run_id
+                )
+        finally:
+            for task in active:
+                task.cancel()
+            await asyncio.gather(*active, return_exceptions=True)
+            await client.close()
+        return played
+
+    def _environment(self, suite: ResolvedSuite, position: int) -> Environment:
+        key = (suite.name, suite.version, position)
+        if key not in self._environments:
+            self._environments[key] = member_environment(suite.members[position])
+        return self._environments[key]
+
+    def sampling(self, suite: ResolvedSuite, member: int) -> dict[str, Any]:
+        """The suite's sampling for episode `member` (seeded per episode when seeded)."""
+        settings: dict[str, Any] = {"temperature": suite.sampling.temperature}
+        if suite.sampling.max_tokens is not None:
+            settings["max_tokens"] = suite.sampling.max_tokens
+        if suite.sampling.seed is not None:
+            settings["seed"] = suite.sampling.seed + member
+        return settings
+
+    async def play_seat(
+        self, claim: SeatClaim, suite: ResolvedSuite, client: GatewayClient
+    ) -> None:
+        """Play one claimed eval seat and end it under its attempt."""
+        heartbeat = asyncio.create_task(self._heartbeat(claim))
+        try:
+            outcome = await self._play(claim, suite, client)
+        except StaleFence:
+            log.warning("eval seat %s/%s was taken over", claim.episode_id, claim.agent)
+            return
+        except TransportError as error:  # infrastructure: leave the seat to be played again
+            log.warning("eval seat %s/%s abandoned: %s", claim.episode_id, claim.agent, error)
+            return
+        finally:
+            heartbeat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await heartbeat
+        try:
+            if isinstance(outcome, str):
+                await self.ledger.end_seat(claim, reward=0.0, status="failed", error=outcome)
+            else:
+                await self.ledger.end_seat(
+                    claim,
+                    reward=outcome.reward,
+                    score=outcome.score_json(),
+                    metrics={**outcome.end.metrics, "turns": float(outcome.turns)},
+                )
+        except StaleFence:
+            log.warning("eval seat %s/%s was taken over", claim.episode_id, claim.agent)
+            return
+        self.seats_played += 1
+
+    async def _play(self, claim: SeatClaim, suite: ResolvedSuite, client: GatewayClient) -> Any:
+        position, _member = suite.member_of(claim.member)
+        try:
+            environment = self._environment(suite, position)
+            context = RunContext(
+                run_id=claim.run_id,
+                episode_id=claim.episode_id,
+                agent=claim.agent,
+                seed=claim.seed,
+                attempt=claim.attempt,
+                agents=claim.agents,
+                gateway_url=client.base_url,
+                api_key=claim.api_key,
+                logger=logging.getLogger(f"rollout.task.{environment.name}"),
+            )
+            task = make_task(environment, claim.parameters)
+
+            async def complete(
+                messages: Sequence[Any], tools: Sequence[Any], sampling: Mapping[str, Any]
+            ) -> Any:
+                return await client.complete(claim.api_key, messages, tools, sampling)
+
+            return await play_seat(
+                environment, task, context, complete, self.sampling(suite, claim.member)
+            )
+        except (StaleFence, TransportError):
+            raise
+        except TaskError as error:
+            log.warning("eval seat %s/%s failed: %s", claim.episode_id, claim.agent, error)
+            return f"{error}\n{error.traceback or ''}".strip()
+        except RolloutError as error:
+            return str(error)
+
+    async def _heartbeat(self, claim: SeatClaim) -> None:
+        while True:
+            await asyncio.sleep(self.lease_seconds / 3)
+            try:
+                await self.ledger.heartbeat(claim, self.lease_seconds)
+            except StaleFence:
+                return
+
+    async def _mark_evaluated(self) -> None:
+        """A finished run with nothing left to evaluate gets the `evaluated` setting (the local
+        supervisor keeps its evaluator until then)."""
+        assert self.run_id is not None
+        settings = await self.ledger.settings(self.run_id)
+        if not settings.get("finished") or settings.get("evaluated"):
+            return
+        pending = await self.ledger.eval_requests(self.run_id, pending=True)
+        if any((r.run_id, r.suite) not in self._broken for r in pending):
+            return
+        jobs = await self.ledger.eval_jobs(self.run_id)
+        if any(not job.scored for job in jobs):
+            return
+        await self.ledger.set_setting(self.run_id, "evaluated", True)

@@ -1,0 +1,40 @@
+"""Environments for the eval tests: a slow one (so a kill lands mid-suite) and a two-agent one."""
+
+from __future__ import annotations
+
+import asyncio
+
+from rollout.contracts import Message
+from rollout.harness import End, Environment, Observation, RunContext, Task
+
+
+class SlowSum(Task):
+    """Asks a sum; answers slowly, so that a suite of these takes a few seconds."""
+
+    async def start(self, run: RunContext) -> Observation:
+        await asyncio.sleep(0.15)
+        return Observation(f"What is {self.parameters['a']} + {self.parameters['b']}?")
+
+    async def respond(self, run: RunContext, reply: Message) -> Observation:
+        await asyncio.sleep(0.15)
+        expected = str(int(self.parameters["a"]) + int(self.parameters["b"]))
+        return End(reward=1.0 if reply.text.strip() == expected else 0.0)
+
+
+class Pair(Task):
+    """Two agents; agent 0 is asked a sum it can answer, agent 1 a question it cannot."""
+
+    async def start(self, run: RunContext) -> Observation:
+        return Observation("What is 2 + 3?" if run.agent == 0 else "Name a colour.")
+
+    async def respond(self, run: RunContext, reply: Message) -> Observation:
+        return End(reward=1.0 if reply.text.strip() == "5" else 0.0)
+
+
+slow = Environment(
+    name="slow-sum",
+    task=SlowSum,
+    parameters=lambda rng: {"a": rng.randint(1, 50), "b": rng.randint(1, 50)},
+    max_turns=1,
+)
+pair = Environment(name="pair", task=Pair, agents=2, max_turns=1)
