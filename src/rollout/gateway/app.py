@@ -27,10 +27,11 @@ from starlette.routing import Route
 
 from rollout.gateway import chat_completions, messages, responses
 from rollout.gateway.core import Admission, Gateway, LedgerLike
-from rollout.gateway.errors import GatewayError, Protocol, error_body
+from rollout.gateway.errors import GatewayError, Protocol, error_body, from_wire_error
 from rollout.inference.base import InferenceBackend
 from rollout.net.server import AppServer
 from rollout.rendering.base import Renderer
+from rollout.rendering.openai import WireError
 
 log = logging.getLogger("rollout.gateway")
 
@@ -87,6 +88,8 @@ def create_app(
                 if err.status >= 500:
                     log.warning("%s %s: %s", request.method, request.url.path, err.message)
                 return error_response(err, protocol)
+            except WireError as err:  # a request value the shared wire helpers cannot read
+                return error_response(from_wire_error(err), protocol)
             except Exception as exc:  # never a bare 500 page: the client gets its own shape
                 log.exception("%s %s failed", request.method, request.url.path)
                 err = GatewayError(f"internal error: {type(exc).__name__}: {exc}", kind="server")

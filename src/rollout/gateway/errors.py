@@ -5,16 +5,17 @@ value. Each protocol module renders it in its own shape:
 
 - OpenAI (Chat Completions, Responses): `{"error": {"message", "type", "param", "code"}}`.
 - Anthropic (Messages): `{"type": "error", "error": {"type", "message"}}`.
+
+A request value that cannot be read raises `WireError` where it is read (the shared wire
+helpers of `rollout.rendering.openai`); the app answers it as a 400 (`from_wire_error`).
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any, Literal
 
-from pydantic import ValidationError
-
 from rollout.errors import RolloutError
+from rollout.rendering.openai import WireError
 
 ErrorKind = Literal[
     "invalid_request",
@@ -116,35 +117,6 @@ def error_body(err: GatewayError, protocol: Protocol) -> dict[str, Any]:
     return anthropic_error_body(err) if protocol == "anthropic" else openai_error_body(err)
 
 
-def _short(value: Any, limit: int = 80) -> str:
-    try:
-        text = json.dumps(value, default=repr)
-    except (TypeError, ValueError):
-        text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def join_loc(prefix: str, *parts: str | int) -> str:
-    """A dotted field path: `join_loc("messages", 0, "content") == "messages.0.content"`."""
-    path = ".".join([str(p) for p in parts])
-    return f"{prefix}.{path}" if prefix and path else prefix or path
-
-
-def _is_union_tag(part: str | int) -> bool:
-    # pydantic puts the union member's type name into error locations ("str", "list[...]").
-    return isinstance(part, str) and (
-        not part or "[" in part or part in {"str", "int", "float", "bool", "list", "dict", "none"}
-    )
-
-
-def from_validation_error(exc: ValidationError, prefix: str = "") -> GatewayError:
-    """A 400 naming the first invalid field and the value that was sent."""
-    first = exc.errors(include_url=False)[0]
-    loc = join_loc(prefix, *(p for p in first["loc"] if not _is_union_tag(p)))
-    value = first.get("input")
-    where = loc or "body"
-    if first["type"] == "missing":
-        message = f"{where}: required field is missing"
-    else:
-        message = f"{where}: {first['msg']}, got {_short(value)}"
-    return GatewayError(message, param=loc or None, code="invalid_value")
+def from_wire_error(err: WireError) -> GatewayError:
+    """A 400 for a request value that cannot be read (`rollout.rendering.openai.WireError`)."""
+    return GatewayError(err.message, param=err.param, code=err.code)

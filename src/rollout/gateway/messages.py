@@ -13,21 +13,18 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from rollout.contracts import Message, SamplingParams, ToolCall, ToolSpec
 from rollout.gateway import sse
 from rollout.gateway.core import MAX_TOKENS_LIMIT, CanonicalRequest, Gateway, TurnResult, new_id
-from rollout.gateway.wire import expect_dict, loc, read_json_object, unsupported, validate
+from rollout.gateway.wire import Loose, expect_dict, loc, read_json_object, unsupported, validate
+from rollout.rendering.openai import function_tool
 
 
-class _Loose(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-
-class CountTokensRequest(_Loose):
+class CountTokensRequest(Loose):
     model: str
     messages: list[Any] = Field(min_length=1)
     system: str | list[Any] | None = None
@@ -46,31 +43,31 @@ class MessagesRequest(CountTokensRequest):
     stream: bool | None = None
 
 
-class _Message(_Loose):
+class _Message(Loose):
     role: Literal["user", "assistant"]
     content: str | list[Any]
 
 
-class _TextBlock(_Loose):
+class _TextBlock(Loose):
     type: str
     text: str
 
 
-class _ToolUseBlock(_Loose):
+class _ToolUseBlock(Loose):
     type: str
     id: str = Field(min_length=1)
     name: str = Field(min_length=1)
     input: dict[str, Any]
 
 
-class _ToolResultBlock(_Loose):
+class _ToolResultBlock(Loose):
     type: str
     tool_use_id: str = Field(min_length=1)
     content: str | list[Any] | None = None
     is_error: bool | None = None
 
 
-class _Tool(_Loose):
+class _Tool(Loose):
     name: str = Field(min_length=1, max_length=256)
     description: str | None = None
     input_schema: dict[str, Any]
@@ -163,11 +160,7 @@ def to_tools(items: list[Any] | None, tool_choice: Any) -> list[ToolSpec]:
                 raise unsupported(loc(where, "type"), "tool type", kind)
             continue
         tool = validate(_Tool, item, where)
-        tools.append(
-            ToolSpec(
-                name=tool.name, description=tool.description or "", parameters=tool.input_schema
-            )
-        )
+        tools.append(function_tool(tool.name, tool.description, tool.input_schema))
     return tools
 
 
@@ -293,11 +286,7 @@ async def handle(gateway: Gateway, request: Request) -> Response:
     canonical, req = to_canonical(body, gateway, message_id)
     result = await gateway.complete(info, canonical)
     if req.stream:
-        return Response(
-            render_stream(result, req, message_id),
-            media_type="text/event-stream",
-            headers={"Cache-Control": "no-cache"},
-        )
+        return sse.response(render_stream(result, req, message_id))
     return JSONResponse(render_response(result, req, message_id))
 
 

@@ -18,41 +18,34 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from rollout.contracts import Message, SamplingParams, ToolCall, ToolSpec
 from rollout.gateway import sse
-from rollout.gateway.chat_completions import content_text
-from rollout.gateway.core import (
-    MAX_TOKENS_LIMIT,
-    CanonicalRequest,
-    Gateway,
-    TurnResult,
-    load_messages,
-    new_id,
-)
+from rollout.gateway.core import MAX_TOKENS_LIMIT, CanonicalRequest, Gateway, TurnResult, new_id
 from rollout.gateway.errors import GatewayError
+from rollout.gateway.recording import load_messages
 from rollout.gateway.wire import (
     INT64_MAX,
     INT64_MIN,
+    Loose,
     arguments_text,
+    content_text,
     expect_dict,
     loc,
+    logprob_items,
     read_json_object,
     unsupported,
     validate,
 )
+from rollout.rendering.openai import function_tool
 
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
 
 
-class _Loose(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-
-class ResponsesRequest(_Loose):
+class ResponsesRequest(Loose):
     """The fields of a Responses request the gateway reads (others are accepted)."""
 
     model: str
@@ -72,26 +65,26 @@ class ResponsesRequest(_Loose):
     metadata: dict[str, Any] | None = None
 
 
-class _MessageItem(_Loose):
+class _MessageItem(Loose):
     type: str | None = "message"
     role: str
     content: Any = None
 
 
-class _FunctionCallItem(_Loose):
+class _FunctionCallItem(Loose):
     type: str
     call_id: str = Field(min_length=1)
     name: str = Field(min_length=1)
     arguments: Any = "{}"
 
 
-class _FunctionCallOutputItem(_Loose):
+class _FunctionCallOutputItem(Loose):
     type: str
     call_id: str = Field(min_length=1)
     output: Any = ""
 
 
-class _FunctionTool(_Loose):
+class _FunctionTool(Loose):
     type: str
     name: str = Field(min_length=1, max_length=256)
     description: str | None = None
@@ -178,10 +171,7 @@ def to_tools(items: list[Any] | None, tool_choice: Any) -> list[ToolSpec]:
         if kind != "function":
             continue
         tool = validate(_FunctionTool, item, where)
-        spec: dict[str, Any] = {"name": tool.name, "description": tool.description or ""}
-        if tool.parameters is not None:
-            spec["parameters"] = tool.parameters
-        tools.append(ToolSpec(**spec))
+        tools.append(function_tool(tool.name, tool.description, tool.parameters))
     return tools
 
 
@@ -227,23 +217,6 @@ async def to_canonical(
         },
     )
     return canonical, req
-
-
-def _logprobs(result: TurnResult, positions: tuple[int, ...]) -> list[dict[str, Any]]:
-    out = []
-    for i in positions:
-        view = result.tokens[i]
-        out.append(
-            {
-                "token": view.token,
-                "logprob": view.logprob,
-                "bytes": list(view.token.encode()),
-                "top_logprobs": [
-                    {"token": t, "logprob": lp, "bytes": list(t.encode())} for t, lp in view.top
-                ],
-            }
-        )
-    return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -316,7 +289,7 @@ def _output(result: TurnResult, req: ResponsesRequest, ids: _Ids) -> list[dict[s
     item_status = _status(result)
     output: list[dict[str, Any]] = []
     if result.reply.text or not result.reply.tool_calls:
-        lps = _logprobs(result, tuple(range(len(result.tokens)))) if want else None
+        lps = logprob_items(result.tokens, tuple(range(len(result.tokens)))) if want else None
         output.append(
             {
                 "type": "message",
@@ -381,7 +354,7 @@ def render_stream(result: TurnResult, req: ResponsesRequest, ids: _Ids) -> bytes
                 {
                     **common,
                     "delta": piece,
-                    "logprobs": _logprobs(result, positions) if want else [],
+                    "logprobs": logprob_items(result.tokens, positions) if want else [],
                 },
             )
         part = item["content"][0]
@@ -433,9 +406,5 @@ async def handle(gateway: Gateway, request: Request) -> Response:
         calls=tuple(new_id("fc_") for _ in result.reply.tool_calls),
     )
     if req.stream:
-        return Response(
-            render_stream(result, req, ids),
-            media_type="text/event-stream",
-            headers={"Cache-Control": "no-cache"},
-        )
+        return sse.response(render_stream(result, req, ids))
     return JSONResponse(render_response(result, req, ids))

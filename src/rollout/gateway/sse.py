@@ -6,6 +6,8 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+from starlette.responses import Response
+
 
 def dumps(value: Any) -> str:
     """Compact JSON, UTF-8 kept as is (what the protocols send)."""
@@ -27,3 +29,8 @@ DONE = b"data: [DONE]\n\n"
 
 def join(events: Iterable[bytes]) -> bytes:
     return b"".join(events)
+
+
+def response(events: bytes) -> Response:
+    """An HTTP response carrying a whole event stream."""
+    return Response(events, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})

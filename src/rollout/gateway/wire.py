@@ -1,16 +1,33 @@
-"""Reading request bodies: JSON objects validated into pydantic models, errors naming fields."""
+"""Reading request bodies and writing the pieces of responses that protocols share.
+
+`read_json_object` reads a body as a JSON object (refusing NaN, Infinity and U+0000). The field
+helpers (`Loose` models, `validate`, `expect_dict`, `content_text`, `arguments_text`, ...) are
+the shared ones of `rollout.rendering.openai`, re-exported here for the protocol modules; a bad
+value raises `WireError`, answered as a 400 naming the field.
+"""
 
 from __future__ import annotations
 
 import json
-from typing import Any, TypeVar
+from collections.abc import Iterable, Sequence
+from typing import Any
 
-from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 
-from rollout.gateway.errors import GatewayError, from_validation_error, join_loc
-
-M = TypeVar("M", bound=BaseModel)
+from rollout.gateway.canonical import TokenView
+from rollout.gateway.errors import GatewayError
+from rollout.rendering.openai import (
+    Loose,
+    WireError,
+    arguments_text,
+    content_text,
+    expect_dict,
+    expect_str,
+    join_loc,
+    loc,
+    unsupported,
+    validate,
+)
 
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 
@@ -62,51 +79,37 @@ async def read_json_object(request: Request) -> dict[str, Any]:
     return value
 
 
-def validate(model: type[M], data: Any, prefix: str = "") -> M:
-    """`model.model_validate(data)`, a ValidationError becoming a 400 that names the field."""
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        raise from_validation_error(exc, prefix) from None
-    except RecursionError:
-        raise GatewayError(f"{prefix or 'body'}: nested too deeply", param=prefix or None) from None
-
-
-def expect_dict(value: Any, loc: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise GatewayError(
-            f"{loc}: expected an object, got {type(value).__name__}", param=loc, code="invalid_type"
+def logprob_items(tokens: Sequence[TokenView], positions: Iterable[int]) -> list[dict[str, Any]]:
+    """Token logprobs in OpenAI's shape (Chat Completions and Responses share it)."""
+    items = []
+    for i in positions:
+        view = tokens[i]
+        items.append(
+            {
+                "token": view.token,
+                "logprob": view.logprob,
+                "bytes": list(view.token.encode()),
+                "top_logprobs": [
+                    {"token": tok, "logprob": lp, "bytes": list(tok.encode())}
+                    for tok, lp in view.top
+                ],
+            }
         )
-    return value
+    return items
 
 
-def expect_str(value: Any, loc: str) -> str:
-    if not isinstance(value, str):
-        raise GatewayError(
-            f"{loc}: expected a string, got {type(value).__name__}", param=loc, code="invalid_type"
-        )
-    return value
-
-
-def unsupported(loc: str, what: str, value: Any) -> GatewayError:
-    shown = value if isinstance(value, str | int | float | bool) or value is None else "..."
-    return GatewayError(
-        f"{loc}: {what} is not supported, got {shown!r}", param=loc, code="unsupported_value"
-    )
-
-
-def loc(*parts: str | int) -> str:
-    return join_loc("", *parts)
-
-
-def arguments_text(value: Any, where: str) -> str:
-    """Tool call arguments as JSON text (clients send a string, some an object)."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, dict):
-        return json.dumps(value, ensure_ascii=False)
-    raise GatewayError(
-        f"{where}: expected a JSON string or object, got {type(value).__name__}",
-        param=where,
-        code="invalid_type",
-    )
+__all__ = [
+    "INT64_MAX",
+    "INT64_MIN",
+    "Loose",
+    "WireError",
+    "arguments_text",
+    "content_text",
+    "expect_dict",
+    "expect_str",
+    "loc",
+    "logprob_items",
+    "read_json_object",
+    "unsupported",
+    "validate",
+]

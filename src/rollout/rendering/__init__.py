@@ -1,7 +1,8 @@
 """Rendering: canonical conversations to prompt tokens and completion tokens back to messages.
 
 `HFRenderer` renders with a Hugging Face tokenizer's own chat template and parses Qwen/Hermes
-`<tool_call>` blocks; `rollout.rendering.toolcalls` holds the text-level parsing.
+`<tool_call>` blocks; `rollout.rendering.toolcalls` holds the text-level parsing and
+`rollout.rendering.openai` the OpenAI wire shapes of messages and tools (both ways).
 """
 
 from rollout.rendering.base import Renderer, RenderError

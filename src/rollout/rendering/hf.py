@@ -9,7 +9,6 @@ with other tool-call formats get their calls back as text.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,12 +17,11 @@ from typing import Any
 from jinja2 import TemplateError
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
-from rollout.contracts import Message, ToolCall, ToolSpec
+from rollout.contracts import Message, ToolSpec
+from rollout.models.hf import turn_stop_ids
 from rollout.rendering.base import RenderError
+from rollout.rendering.openai import message_to_openai, tool_to_openai
 from rollout.rendering.toolcalls import ParsedCompletion, parse_text
-
-# End-of-turn tokens of common chat templates; one counts when the template writes it.
-END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<end_of_turn>", "<|end|>")
 
 
 class HFRenderer:
@@ -69,7 +67,7 @@ class HFRenderer:
         self.keep_reasoning = keep_reasoning
         self.vocab_size = len(self.tokenizer)
         if stop_token_ids is None:
-            stop_token_ids = self._find_stop_token_ids(folder)
+            stop_token_ids = turn_stop_ids(self.tokenizer, self.chat_template, folder)
         self._stop_token_ids = list(dict.fromkeys(int(t) for t in stop_token_ids))
         if not self._stop_token_ids:
             raise RenderError(f"source {str(source)!r}: no stop token found; pass stop_token_ids")
@@ -144,61 +142,13 @@ class HFRenderer:
         )
         return text if isinstance(text, str) else "".join(text)
 
-    def _find_stop_token_ids(self, folder: Path | None) -> list[int]:
-        ids: list[int] = []
-        vocab = self.tokenizer.get_vocab()
-        for token in END_OF_TURN_TOKENS:
-            if token in vocab and token in self.chat_template:
-                ids.append(vocab[token])
-        if folder is not None and (folder / "generation_config.json").is_file():
-            eos = json.loads((folder / "generation_config.json").read_text()).get("eos_token_id")
-            ids.extend(
-                [eos] if isinstance(eos, int) else [t for t in eos or [] if isinstance(t, int)]
-            )
-        eos_id = self.tokenizer.eos_token_id
-        if isinstance(eos_id, int):
-            ids.append(eos_id)
-        return ids
-
 
 def to_hf_message(message: Message) -> dict[str, Any]:
-    """A canonical message in the dict shape chat templates expect (OpenAI-like).
-
-    Tool-call arguments that are a JSON object are passed as a dict (templates dump them with
-    `tojson`); anything else is passed as the original string.
-    """
-    out: dict[str, Any] = {"role": message.role, "content": message.text}
-    if message.tool_calls:
-        out["tool_calls"] = [
-            {
-                "id": call.id,
-                "type": "function",
-                "function": {"name": call.name, "arguments": _arguments(call)},
-            }
-            for call in message.tool_calls
-        ]
-    if message.tool_call_id is not None:
-        out["tool_call_id"] = message.tool_call_id
-    if message.name is not None:
-        out["name"] = message.name
-    return out
+    """A canonical message in the dict shape chat templates expect (OpenAI's, see
+    `rollout.rendering.openai`): JSON-object tool-call arguments as dicts, tool names kept."""
+    return message_to_openai(message, object_arguments=True, tool_message_name=True)
 
 
 def to_hf_tool(tool: ToolSpec) -> dict[str, Any]:
     """A tool spec in the OpenAI function shape chat templates expect."""
-    return {
-        "type": "function",
-        "function": {
-            "name": tool.name,
-            "description": tool.description,
-            "parameters": tool.parameters,
-        },
-    }
-
-
-def _arguments(call: ToolCall) -> dict[str, Any] | str:
-    try:
-        value = json.loads(call.arguments)
-    except (json.JSONDecodeError, RecursionError):
-        return call.arguments
-    return value if isinstance(value, dict) else call.arguments
+    return tool_to_openai(tool)

@@ -12,9 +12,10 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rollout.contracts import Message, ToolCall, ToolSpec
+from rollout.contracts import Message, ToolSpec
 from rollout.errors import RolloutError
 from rollout.net.client import JsonHttpClient, TransportError
+from rollout.rendering.openai import message_from_openai, message_to_openai, tool_to_openai
 
 
 class GatewayCallError(RolloutError):
@@ -24,49 +25,6 @@ class GatewayCallError(RolloutError):
         super().__init__(f"gateway answered {status}: {body[:500]}")
         self.status = status
         self.body = body
-
-
-def message_to_openai(message: Message) -> dict[str, Any]:
-    """A canonical message in Chat Completions' request shape."""
-    out: dict[str, Any] = {"role": message.role, "content": message.text}
-    if message.tool_calls:
-        out["tool_calls"] = [
-            {
-                "id": call.id,
-                "type": "function",
-                "function": {"name": call.name, "arguments": call.arguments},
-            }
-            for call in message.tool_calls
-        ]
-    if message.tool_call_id is not None:
-        out["tool_call_id"] = message.tool_call_id
-    if message.name is not None and message.role != "tool":
-        out["name"] = message.name
-    return out
-
-
-def tool_to_openai(tool: ToolSpec) -> dict[str, Any]:
-    return {
-        "type": "function",
-        "function": {
-            "name": tool.name,
-            "description": tool.description,
-            "parameters": tool.parameters,
-        },
-    }
-
-
-def message_from_openai(choice_message: Mapping[str, Any]) -> Message:
-    """The assistant message of a Chat Completions response."""
-    calls = [
-        ToolCall(
-            id=call["id"],
-            name=call["function"]["name"],
-            arguments=call["function"].get("arguments") or "{}",
-        )
-        for call in choice_message.get("tool_calls") or []
-    ]
-    return Message.assistant(choice_message.get("content") or "", calls)
 
 
 class GatewayClient:
@@ -112,7 +70,8 @@ class GatewayClient:
                 continue
             if response.status != 200:
                 raise GatewayCallError(response.status, response.text)
-            return message_from_openai(json.loads(response.body)["choices"][0]["message"])
+            reply = json.loads(response.body)["choices"][0]["message"]
+            return message_from_openai(reply, "choices.0.message")
 
     async def close(self) -> None:
         await self._http.close()
