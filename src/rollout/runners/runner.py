@@ -8,10 +8,10 @@ never trained on, and a revived runner's late writes are rejected (`StaleFence`)
 How a seat's play can end, and what is recorded:
 
 - the task reaches an `End` (or `max_turns`): the seat ends `completed` with its reward;
-- the task breaks its contract or raises, or the gateway refuses a model call with a 4xx other
-  than 409 (a conversation the chat template cannot render, an invalid request): the seat ends
-  `failed` with the error, shown by `rollout episodes show`. Such errors are deterministic:
-  playing the seat again would fail again;
+- the task breaks its contract or raises, or the gateway refuses a model call for good (a 4xx
+  other than 409, such as a conversation the chat template cannot render or an invalid
+  request, or a 500): the seat ends `failed` with the error, shown by `rollout episodes show`.
+  Such errors are deterministic: playing the seat again would fail again;
 - the attempt was taken over (`StaleFence` from the ledger, or 409 from the gateway): nothing is
   recorded; the attempt that took over ends the seat;
 - the gateway is unreachable or unavailable (connection errors, 502/503/504 past the client's
