@@ -35,9 +35,10 @@ async def test_wait_times_out_without_a_notification(ledger: Ledger) -> None:
 
 
 async def test_a_notification_between_waits_is_not_lost(ledger: Ledger, run: RunRecord) -> None:
-    assert not await ledger.wait("settings", timeout=0.05)  # starts listening
+    assert await ledger.listen()
+    assert not await ledger.wait("settings", timeout=0.05)
     await ledger.set_setting(run.run_id, "max_lag", 1)  # lands while nobody waits
-    await asyncio.sleep(0.1)
+    await asyncio.sleep(0.5)  # for the notification to arrive, even on a busy machine
     began = time.monotonic()
     assert await ledger.wait("settings", timeout=5.0)
     assert time.monotonic() - began < 0.1

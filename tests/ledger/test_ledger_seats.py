@@ -117,11 +117,12 @@ async def test_expired_claim_is_taken_over_and_the_old_attempt_is_fenced(
     ledger: Ledger, run: RunRecord
 ) -> None:
     await ledger.add_episodes(run.run_id, [EpisodeSpec(0, 0, {}, 1)])
-    old = await ledger.claim_seat("old-runner", lease_seconds=0.05)
+    # Half a second: "still held" must hold on a machine busy enough to delay a round trip.
+    old = await ledger.claim_seat("old-runner", lease_seconds=0.5)
     assert old is not None and old.attempt == 1
     assert await ledger.record_turn(turn_for(old, 0))
     assert await ledger.claim_seat("new-runner") is None  # still held
-    await asyncio.sleep(0.1)
+    await asyncio.sleep(0.6)
     new = await ledger.claim_seat("new-runner")
     assert new is not None and (new.episode_id, new.agent, new.attempt) == (
         old.episode_id, 0, 2

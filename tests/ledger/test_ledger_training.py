@@ -45,13 +45,13 @@ async def test_lease_is_renewed_by_its_holder_and_taken_over_when_expired(
     ledger: Ledger, run: RunRecord
 ) -> None:
     name = f"trainer:{run.run_id}"
-    first = await ledger.acquire_lease(name, "a", ttl_seconds=0.2)
+    first = await ledger.acquire_lease(name, "a", ttl_seconds=0.5)
     assert (first.name, first.holder, first.epoch) == (name, "a", 1)
-    renewed = await ledger.acquire_lease(name, "a", ttl_seconds=0.2)
+    renewed = await ledger.acquire_lease(name, "a", ttl_seconds=0.5)
     assert renewed.epoch == 1 and renewed.expires_at >= first.expires_at
     with pytest.raises(LeaseHeld, match=r"held by 'a' \(epoch 1\)"):
         await ledger.acquire_lease(name, "b")
-    await asyncio.sleep(0.3)
+    await asyncio.sleep(0.6)
     taken = await ledger.acquire_lease(name, "b")
     assert (taken.holder, taken.epoch) == ("b", 2)
     # The old holder's writes under its lease are fenced out; the new holder's go through.
