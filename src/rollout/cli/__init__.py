@@ -19,7 +19,7 @@ import sys
 import typer
 from rich.markup import escape
 
-from rollout.cli import env, evals, models, monitor, roles, runs, train
+from rollout.cli import env, evals, models, monitor, presets, roles, runs, train
 from rollout.cli.common import err_console
 from rollout.errors import RolloutError
 
@@ -44,6 +44,7 @@ app.command("runner")(roles.runner_role)
 app.command("bridge")(roles.bridge_role)
 app.command("up")(roles.up)
 app.add_typer(evals.evals_app, name="evals")
+app.add_typer(presets.preset_app, name="preset")
 app.command("evaluator")(evals.evaluator_role)
 app.command("monitor")(monitor.monitor)
 

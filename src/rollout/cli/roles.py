@@ -123,8 +123,33 @@ def up(
     until_finished: Annotated[
         bool, typer.Option(help="Exit when the selected runs are finished.")
     ] = False,
+    launcher: Annotated[
+        str, typer.Option(help="local: processes on this machine; ray: actors on a Ray cluster.")
+    ] = "local",
+    ray_address: Annotated[
+        str | None,
+        typer.Option(help="Ray cluster (host:port, auto, ray://host:10001; default RAY_ADDRESS)."),
+    ] = None,
+    role: Annotated[
+        list[str] | None,
+        typer.Option("--role", help="With --launcher ray: only these roles (repeatable)."),
+    ] = None,
 ) -> None:
-    """Start every role locally under one supervisor (embedded Postgres by default)."""
+    """Start every role under one supervisor (embedded Postgres by default): as local processes,
+    or as Ray actors with `--launcher ray`."""
+    if launcher == "ray":
+        from rollout.launch.ray import launch
+
+        _serve_role(
+            lambda stop: launch(
+                stop, runs=run, until_finished=until_finished, address=ray_address, roles=role
+            )
+        )
+        return
+    if launcher != "local":
+        raise RolloutError(f"--launcher must be local or ray, got {launcher!r}")
+    if role or ray_address:
+        raise RolloutError("--role and --ray-address need --launcher ray")
     from rollout.launch.roles import supervise
 
     _serve_role(lambda stop: supervise(stop, runs=run, until_finished=until_finished))

@@ -16,7 +16,8 @@ SQL named once at the top of the module:
 - serving.py: conversions, serving records, acknowledgements and the max_lag view
   (`record_conversion`, `conversions`, `set_serving`, `serving`, `ack_serving`,
   `serving_acks`, `lag_view`);
-- notify.py: wake-ups (`listen`, `wait` on channels from `CHANNELS`; polling is the fallback).
+- notify.py: wake-ups (`listen`, `wait` on channels from `CHANNELS`; polling is the fallback);
+- presets.py: presets stored by `rollout preset load` (`store_preset`, `presets`, `find_preset`).
 
 Why mixins and not delegation: every concept needs the same pool and nothing else, and callers
 keep one flat namespace (`ledger.claim_seat`, not `ledger.seats.claim`). Delegating would
@@ -39,6 +40,7 @@ from rollout.ledger.episodes import EpisodesMixin
 from rollout.ledger.evals import EvalsMixin
 from rollout.ledger.leases import LeasesMixin
 from rollout.ledger.notify import WakeupsMixin
+from rollout.ledger.presets import PresetsMixin
 from rollout.ledger.runs import RunsMixin
 from rollout.ledger.seats import SeatsMixin
 from rollout.ledger.serving import ServingMixin
@@ -58,6 +60,7 @@ class Ledger(
     ServingMixin,
     WakeupsMixin,
     EvalsMixin,
+    PresetsMixin,
 ):
     """A connection pool to the ledger database, a turn batcher and a listener for wake-ups.
 
