@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from importlib import resources
 
 import psycopg
+from psycopg.rows import dict_row
 
 from rollout.ledger.errors import LedgerError
 
@@ -68,15 +69,17 @@ async def apply_migrations(url: str) -> list[str]:
             " version integer PRIMARY KEY, name text NOT NULL, checksum text NOT NULL,"
             " applied_at timestamptz NOT NULL DEFAULT now())"
         )
-        cursor = await conn.execute("SELECT version, name, checksum FROM schema_migrations")
-        applied = {row[0]: (row[1], row[2]) for row in await cursor.fetchall()}
+        cursor = conn.cursor(row_factory=dict_row)
+        await cursor.execute("SELECT version, name, checksum FROM schema_migrations")
+        applied = {row["version"]: row for row in await cursor.fetchall()}
         done: list[str] = []
         for migration in migrations():
             if migration.version in applied:
-                name, checksum = applied[migration.version]
-                if checksum != migration.checksum:
+                recorded = applied[migration.version]
+                if recorded["checksum"] != migration.checksum:
                     raise LedgerError(
-                        f"migration {migration.name} changed after it was applied as {name}; "
+                        f"migration {migration.name} changed after it was applied as "
+                        f"{recorded['name']}; "
                         "add a new migration instead of editing an applied one"
                     )
                 continue
