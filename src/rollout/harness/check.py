@@ -1,15 +1,22 @@
 """`rollout env check`: play one episode of an environment and report contract problems by name.
 
-Every seat of one episode is played against a model (the scripted one by default). Problems are
-collected, not raised: a missing `start`, wrong return types, exceptions (with the task's own
-traceback), rewards that are not finite, parameters that cannot be drawn.
+Every seat of one episode is played against a model (the scripted one by default); a sandboxed
+environment's instance is started first, reset and stopped after, and a failing sandbox step is
+reported by name. Problems are collected, not raised: a missing `start`, wrong return types,
+exceptions (with the task's own traceback), rewards that are not finite, parameters that cannot
+be drawn.
 """
 
 from __future__ import annotations
 
 import asyncio
+import shutil
+import tempfile
 import traceback
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from rollout.harness.core import Environment, RunContext
 from rollout.harness.errors import TaskError
@@ -77,6 +84,18 @@ async def check_environment(
         report.problems.append(f"{environment.task.__name__} does not define start()")
         return report
 
+    # A sandboxed environment's pool (rollout.sandboxes, a higher layer: used by its methods).
+    pool = getattr(environment, "sandbox", None)
+    sandbox: dict[str, Any] = {}
+    workdir = Path(tempfile.mkdtemp(prefix="rollout-check-sandbox-"))
+    if pool is not None:
+        sandbox = await _sandbox_step(report, pool, "start", pool.start(workdir)) or {}
+        if not sandbox or not await _sandbox_step(report, pool, "health", pool.health(sandbox)):
+            await _sandbox_step(report, pool, "stop", pool.stop(sandbox))
+            shutil.rmtree(workdir, ignore_errors=True)
+            return report
+        sandbox = {**sandbox, "instance": "env-check", "epoch": 1}
+
     async def play(agent: int) -> SeatReport:
         seat = SeatReport(agent=agent)
         run = RunContext(
@@ -85,6 +104,7 @@ async def check_environment(
             agent=agent,
             seed=seed,
             agents=environment.agents,
+            sandbox=sandbox,
         )
         try:
             task = make_task(environment, parameters)
@@ -94,5 +114,30 @@ async def check_environment(
             seat.traceback = error.traceback
         return seat
 
-    report.seats = list(await asyncio.gather(*(play(a) for a in range(environment.agents))))
+    try:
+        report.seats = list(await asyncio.gather(*(play(a) for a in range(environment.agents))))
+        if pool is not None:  # the next episode's world: reset, then it must answer again
+            reset = await _sandbox_step(report, pool, "reset", pool.reset(sandbox, workdir))
+            if reset:
+                sandbox = reset
+                if not await _sandbox_step(report, pool, "health", pool.health(reset)):
+                    report.problems.append(f"sandbox {pool.name}: not healthy after reset")
+    finally:
+        if pool is not None:
+            await _sandbox_step(report, pool, "stop", pool.stop(sandbox))
+        shutil.rmtree(workdir, ignore_errors=True)
     return report
+
+
+async def _sandbox_step(report: CheckReport, pool: Any, step: str, call: Awaitable[Any]) -> Any:
+    """Await one sandbox step; a failure becomes a problem naming the pool and the step."""
+    try:
+        result = await call
+    except Exception as error:
+        report.problems.append(
+            f"sandbox {pool.name}: {step} raised {type(error).__name__}: {error}"
+        )
+        return None
+    if step == "health" and not result:
+        report.problems.append(f"sandbox {pool.name}: failed its health check")
+    return result

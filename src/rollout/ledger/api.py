@@ -42,6 +42,7 @@ from rollout.ledger.leases import LeasesMixin
 from rollout.ledger.notify import WakeupsMixin
 from rollout.ledger.presets import PresetsMixin
 from rollout.ledger.runs import RunsMixin
+from rollout.ledger.sandboxes import SandboxesMixin
 from rollout.ledger.seats import SeatsMixin
 from rollout.ledger.serving import ServingMixin
 from rollout.ledger.training import TrainingMixin
@@ -61,6 +62,7 @@ class Ledger(
     WakeupsMixin,
     EvalsMixin,
     PresetsMixin,
+    SandboxesMixin,
 ):
     """A connection pool to the ledger database, a turn batcher and a listener for wake-ups.
 

@@ -28,6 +28,7 @@ import os
 import socket
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -40,6 +41,7 @@ from rollout.harness.play import SeatResult, make_task, play_seat
 from rollout.ledger import Ledger, SeatClaim, StaleFence
 from rollout.net.client import TransportError
 from rollout.runners.client import GatewayCallError, GatewayClient
+from rollout.sandboxes import SandboxSeats, sandbox_pool
 
 log = logging.getLogger("rollout.runner")
 
@@ -75,7 +77,7 @@ class Runner:
         concurrency: int = 8,
         lease_seconds: float = 30.0,
         idle_wait: float = 1.0,
-        kinds: tuple[str, ...] = ("train", "eval"),
+        kinds: tuple[str, ...] = ("train",),  # eval seats: the evaluator plays them
     ) -> None:
         self.ledger = ledger
         self.gateway_url = gateway_url
@@ -90,6 +92,7 @@ class Runner:
         self._environments: dict[str, Environment] = {}
         self._run_environment: dict[str, str] = {}
         self.seats_played = 0
+        self.sandboxes = SandboxSeats(ledger, self.runner_id, lease_seconds=lease_seconds)
 
     async def settings_for(self, run_id: str) -> dict[str, Any]:
         """The run's settings, re-read at most once a second (they change rarely)."""
@@ -252,7 +255,12 @@ class Runner:
                 return await client.complete(claim.api_key, messages, tools, sampling)
 
             sampling = dict(settings.get("sampling") or {})
-            return await play_seat(environment, task, context, complete, sampling)
+            pool = sandbox_pool(environment)
+            if pool is None:
+                return await play_seat(environment, task, context, complete, sampling)
+            async with self.sandboxes.hold(pool, claim) as sandbox:  # the episode's shared world
+                context = replace(context, sandbox=sandbox)
+                return await play_seat(environment, task, context, complete, sampling)
         except StaleFence:
             raise
         except GatewayCallError as error:
@@ -277,5 +285,7 @@ class Runner:
                 return
 
     async def close(self) -> None:
+        pools = [sandbox_pool(environment) for environment in self._environments.values()]
+        await self.sandboxes.close({pool.name: pool for pool in pools if pool is not None})
         for client in self._clients.values():
             await client.close()

@@ -1,0 +1,429 @@
+"""Sandbox instances and their fenced claims (the ledger side of `rollout.sandboxes`).
+
+An instance (a Minecraft server, a gridworld process) is registered once and then claimed by
+one episode at a time. The claim is a lease on the instance row: `epoch` grows on every claim,
+so a runner that lost its claim (it paused, its lease expired, another episode took the
+instance) is refused with `StaleFence` on its next fenced write. Several runners playing the
+agents of one episode share that episode's claim: the first claims (and resets the instance if
+it is dirty, then marks it ready), the others join it. Each finished agent is recorded on the
+claim; when every agent has finished, the claim is released. A claim whose runners all died
+expires; the instance is then dirty, and the next claimer resets it before use.
+
+Abstractions (methods of `SandboxesMixin`, a mixin of the `Ledger` facade that needs only its
+connection pool):
+
+- `register_sandbox`, `retire_sandbox`: an instance appears (clean) or is taken out of service;
+- `claim_sandbox`: join the episode's live claim, or claim a free instance (oldest clean first);
+- `renew_sandbox`, `sandbox_ready`, `finish_sandbox_seat`: fenced by the claim's epoch;
+- `retire_idle_sandboxes`: take unclaimed instances of a host out of service (a clean shutdown);
+- reads: `sandbox`, `list_sandboxes`, `sandbox_events`.
+
+Every write also appends a `sandbox_events` fact (started, claimed, expired, reset, released,
+retired), the instance's history.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, LiteralString
+
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+from rollout.ledger.connection import LedgerConnection
+from rollout.ledger.errors import InvalidInput, NotFound, StaleFence
+
+SANDBOX_EVENTS = ("started", "claimed", "expired", "reset", "released", "retired")
+
+
+@dataclass(frozen=True)
+class SandboxRecord:
+    """One instance and its current claim (if any)."""
+
+    instance_id: str
+    pool: str
+    host: str
+    details: dict[str, Any]
+    seats: int
+    retired: bool
+    clean: bool
+    epoch: int
+    episode_id: str | None
+    run_id: str | None
+    holder: str | None
+    ready: bool
+    agents: int | None
+    finished: list[int]
+    expires_in: float | None
+    """Seconds until the claim expires (negative: expired); None when unclaimed."""
+    created_at: float
+
+    @property
+    def state(self) -> str:
+        """'retired', 'claimed', 'expired' (claimed, lease ran out), 'idle' or 'dirty'."""
+        if self.retired:
+            return "retired"
+        if self.episode_id is not None and self.expires_in is not None:
+            return "claimed" if self.expires_in > 0 else "expired"
+        return "idle" if self.clean else "dirty"
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> SandboxRecord:
+        return cls(**{name: row[name] for name in _RECORD_FIELDS})
+
+
+_RECORD_FIELDS = tuple(SandboxRecord.__dataclass_fields__)
+
+
+@dataclass(frozen=True)
+class SandboxClaim:
+    """An episode's fenced claim on one instance, as one runner holds it.
+
+    `joined` is False for the runner that made the claim; when `needs_reset` is also True that
+    runner must reset the instance and call `sandbox_ready` before any agent uses it.
+    """
+
+    instance_id: str
+    pool: str
+    epoch: int
+    episode_id: str
+    details: dict[str, Any]
+    ready: bool
+    needs_reset: bool
+    joined: bool
+    agents: int
+
+
+@dataclass(frozen=True)
+class SandboxEvent:
+    instance_id: str
+    epoch: int
+    event: str
+    episode_id: str | None
+    holder: str | None
+    detail: str | None
+    created_at: float
+
+
+_SELECT_RECORD: LiteralString = (
+    "SELECT instance_id, pool, host, details, seats, retired, clean, epoch, episode_id, run_id,"
+    " holder, ready, agents, finished,"
+    " extract(epoch FROM expires_at - now())::float8 AS expires_in,"
+    " extract(epoch FROM created_at)::float8 AS created_at FROM sandboxes"
+)
+_INSERT_EVENT: LiteralString = (
+    "INSERT INTO sandbox_events (instance_id, epoch, event, episode_id, holder, detail)"
+    " VALUES (%s, %s, %s, %s, %s, %s)"
+)
+_REGISTER: LiteralString = (
+    "INSERT INTO sandboxes (instance_id, pool, host, details, seats) VALUES (%s, %s, %s, %s, %s)"
+)
+_LIVE_CLAIM_OF_EPISODE: LiteralString = (
+    "SELECT instance_id, pool, epoch, details, ready, agents, members, finished FROM sandboxes"
+    " WHERE episode_id = %s AND pool = %s AND NOT retired AND expires_at > now()"
+    " FOR UPDATE"
+)
+_JOIN: LiteralString = (
+    "UPDATE sandboxes SET expires_at = greatest(expires_at, now() + make_interval(secs => %s)),"
+    " members = members || %s WHERE instance_id = %s"
+)
+_PICK_FREE: LiteralString = (
+    "SELECT instance_id, clean, epoch, episode_id, holder FROM sandboxes"
+    " WHERE pool = %(pool)s AND (%(host)s::text IS NULL OR host = %(host)s) AND NOT retired"
+    "   AND seats >= %(agents)s AND (episode_id IS NULL OR expires_at <= now())"
+    " ORDER BY clean DESC, created_at LIMIT 1 FOR UPDATE SKIP LOCKED"
+)
+_PICK_INSTANCE: LiteralString = (
+    "SELECT instance_id, clean, epoch, episode_id, holder FROM sandboxes"
+    " WHERE instance_id = %(instance)s FOR UPDATE"
+)
+_CLAIM: LiteralString = (
+    "UPDATE sandboxes SET epoch = epoch + 1, episode_id = %(episode)s, run_id = %(run)s,"
+    " holder = %(holder)s, agents = %(agents)s, members = %(members)s, finished = '{}',"
+    " ready = false, clean = false,"
+    " expires_at = now() + make_interval(secs => %(lease)s)"
+    " WHERE instance_id = %(instance)s RETURNING pool, epoch, details"
+)
+_RENEW: LiteralString = (
+    "UPDATE sandboxes SET expires_at = greatest(expires_at, now() + make_interval(secs => %s))"
+    " WHERE instance_id = %s AND epoch = %s AND episode_id IS NOT NULL AND NOT retired"
+    " RETURNING 1"
+)
+_READY: LiteralString = (
+    "UPDATE sandboxes SET ready = true, details = coalesce(%s, details)"
+    " WHERE instance_id = %s AND epoch = %s AND episode_id IS NOT NULL AND NOT retired"
+    " RETURNING 1"
+)
+_FINISH: LiteralString = (
+    "UPDATE sandboxes SET finished = CASE WHEN %(agent)s = ANY(finished) THEN finished"
+    "   ELSE finished || %(agent)s END"
+    " WHERE instance_id = %(instance)s AND epoch = %(epoch)s AND episode_id IS NOT NULL"
+    " RETURNING cardinality(finished) >= agents AS all_done, episode_id, holder"
+)
+_RELEASE: LiteralString = (
+    "UPDATE sandboxes SET episode_id = NULL, run_id = NULL, holder = NULL, expires_at = NULL,"
+    " ready = false WHERE instance_id = %s"
+)
+_RETIRE: LiteralString = (
+    "UPDATE sandboxes SET retired = true, episode_id = NULL, expires_at = NULL"
+    " WHERE instance_id = %s AND NOT retired RETURNING epoch"
+)
+_RETIRE_IDLE: LiteralString = (
+    "UPDATE sandboxes SET retired = true WHERE NOT retired AND host = %s"
+    " AND (%s::text[] IS NULL OR pool = ANY(%s::text[]))"
+    " AND (episode_id IS NULL OR expires_at <= now())"
+    " RETURNING instance_id, epoch, details, pool"
+)
+
+
+def _positive(field: str, value: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise InvalidInput(f"{field} must be a finite number, got {value!r}")
+    if value <= 0:
+        raise InvalidInput(f"{field} must be > 0, got {value!r}")
+    return float(value)
+
+
+def _stale(claim: SandboxClaim, what: str) -> StaleFence:
+    return StaleFence(
+        f"claim epoch {claim.epoch} of sandbox {claim.instance_id!r} (episode "
+        f"{claim.episode_id!r}) was released or taken over; cannot {what}"
+    )
+
+
+class SandboxesMixin(LedgerConnection):
+    """Sandbox methods of the `Ledger` facade (see the module docstring)."""
+
+    async def register_sandbox(
+        self,
+        pool: str,
+        host: str,
+        details: Mapping[str, Any],
+        *,
+        seats: int,
+        instance_id: str | None = None,
+    ) -> SandboxRecord:
+        """Record a started, clean instance of `pool` on `host`; returns its record."""
+        if not pool:
+            raise InvalidInput(f"pool must not be empty, got {pool!r}")
+        if isinstance(seats, bool) or not isinstance(seats, int) or seats < 1:
+            raise InvalidInput(f"seats must be an integer >= 1, got {seats!r}")
+        instance = instance_id or f"{pool}-{secrets.token_hex(4)}"
+        async with self._pool.connection() as conn, conn.transaction():
+            await conn.execute(_REGISTER, (instance, pool, host, Jsonb(dict(details)), seats))
+            await conn.execute(_INSERT_EVENT, (instance, 0, "started", None, None, host))
+        return await self.sandbox(instance)
+
+    async def claim_sandbox(
+        self,
+        pool: str,
+        *,
+        episode_id: str,
+        run_id: str,
+        agents: int,
+        agent: int,
+        attempt: int,
+        holder: str,
+        host: str | None,
+        lease_seconds: float = 30.0,
+    ) -> SandboxClaim | None:
+        """The episode's live claim (joined), or a new claim on a free instance; None if none.
+
+        Free instances are unclaimed ones and ones whose claim expired (their runners died),
+        clean ones first. Claims of one episode are serialised, so its agents never end up in
+        two instances. A later attempt of an agent whose earlier attempt held the live claim
+        alone (no other agent still playing) takes it over with a new epoch and a reset.
+
+        Args:
+            pool: The pool's name.
+            episode_id: The episode that needs the instance.
+            run_id: Its run (recorded for `rollout sandboxes list`).
+            agents: How many agents will finish before the claim is released.
+            agent: Which agent of the episode claims.
+            attempt: The seat attempt that claims.
+            holder: Who claims (a runner id).
+            host: Only instances on this host (None: any host).
+            lease_seconds: The claim expires unless renewed within this time.
+        """
+        lease = _positive("lease_seconds", lease_seconds)
+        async with self._pool.connection() as conn, conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (episode_id,))
+            cursor = await conn.execute(_LIVE_CLAIM_OF_EPISODE, (episode_id, pool))
+            live = await cursor.fetchone()
+            member = Jsonb({str(agent): attempt})
+            if live is not None:
+                previous = live["members"].get(str(agent))
+                others = [
+                    int(a)
+                    for a in live["members"]
+                    if int(a) != agent and int(a) not in live["finished"]
+                ]
+                if previous is None or previous >= attempt or others:
+                    await conn.execute(_JOIN, (lease, member, live["instance_id"]))
+                    return SandboxClaim(
+                        live["instance_id"], live["pool"], live["epoch"], episode_id,
+                        live["details"], live["ready"], False, True, live["agents"],
+                    )  # fmt: skip
+                # This agent's earlier attempt held the claim alone and died: take it over (the
+                # world it left is dirty), fencing the dead attempt out.
+                cursor = await conn.execute(_PICK_INSTANCE, {"instance": live["instance_id"]})
+            else:
+                cursor = await conn.execute(
+                    _PICK_FREE, {"pool": pool, "host": host, "agents": agents}
+                )
+            free = await cursor.fetchone()
+            if free is None:
+                return None
+            instance, clean = free["instance_id"], free["clean"]
+            old_epoch, old_episode, old_holder = free["epoch"], free["episode_id"], free["holder"]
+            if old_episode is not None:  # the previous claim died without a release
+                await conn.execute(
+                    _INSERT_EVENT,
+                    (instance, old_epoch, "expired", old_episode, old_holder, None),
+                )
+            cursor = await conn.execute(
+                _CLAIM,
+                {
+                    "episode": episode_id,
+                    "run": run_id,
+                    "holder": holder,
+                    "agents": agents,
+                    "members": member,
+                    "lease": lease,
+                    "instance": instance,
+                },
+            )
+            row = await cursor.fetchone()
+            assert row is not None  # locked above
+            pool_name, epoch, details = row["pool"], row["epoch"], row["details"]
+            detail = "clean" if clean else "needs reset"
+            await conn.execute(
+                _INSERT_EVENT, (instance, epoch, "claimed", episode_id, holder, detail)
+            )
+        return SandboxClaim(
+            instance, pool_name, epoch, episode_id, details, False, not clean, False, agents
+        )
+
+    async def renew_sandbox(self, claim: SandboxClaim, lease_seconds: float = 30.0) -> None:
+        """Extend the claim. Raises StaleFence if it was released or taken over."""
+        lease = _positive("lease_seconds", lease_seconds)
+        async with self._pool.connection() as conn:
+            cursor = await conn.execute(_RENEW, (lease, claim.instance_id, claim.epoch))
+            if await cursor.fetchone() is None:
+                raise _stale(claim, "renew it")
+
+    async def sandbox_ready(
+        self,
+        claim: SandboxClaim,
+        *,
+        details: Mapping[str, Any] | None = None,
+        reset: bool = False,
+        holder: str | None = None,
+    ) -> None:
+        """Mark the claimed instance ready for the episode's agents (after a reset, if `reset`),
+        with new connection details if they changed. Fenced by the claim's epoch."""
+        new_details = Jsonb(dict(details)) if details is not None else None
+        async with self._pool.connection() as conn, conn.transaction():
+            cursor = await conn.execute(_READY, (new_details, claim.instance_id, claim.epoch))
+            if await cursor.fetchone() is None:
+                raise _stale(claim, "mark it ready")
+            if reset:
+                await conn.execute(
+                    _INSERT_EVENT,
+                    (claim.instance_id, claim.epoch, "reset", claim.episode_id, holder, None),
+                )
+
+    async def finish_sandbox_seat(self, claim: SandboxClaim, agent: int) -> bool:
+        """Record that `agent` finished; release the claim when every agent has. True if this
+        call released it. Raises StaleFence if the claim was released or taken over."""
+        async with self._pool.connection() as conn, conn.transaction():
+            cursor = await conn.execute(
+                _FINISH, {"agent": agent, "instance": claim.instance_id, "epoch": claim.epoch}
+            )
+            row = await cursor.fetchone()
+            if row is None:
+                raise _stale(claim, f"finish agent {agent}")
+            if not row["all_done"]:
+                return False
+            await conn.execute(_RELEASE, (claim.instance_id,))
+            await conn.execute(
+                _INSERT_EVENT,
+                (
+                    claim.instance_id,
+                    claim.epoch,
+                    "released",
+                    row["episode_id"],
+                    row["holder"],
+                    None,
+                ),
+            )
+        return True
+
+    async def retire_sandbox(self, instance_id: str, reason: str) -> bool:
+        """Take an instance out of service (it crashed, or it was stopped). False if it was
+        retired already."""
+        async with self._pool.connection() as conn, conn.transaction():
+            cursor = await conn.execute(_RETIRE, (instance_id,))
+            row = await cursor.fetchone()
+            if row is None:
+                return False
+            await conn.execute(
+                _INSERT_EVENT, (instance_id, row["epoch"], "retired", None, None, reason)
+            )
+        return True
+
+    async def retire_idle_sandboxes(
+        self, host: str, pools: Sequence[str] | None = None
+    ) -> list[SandboxRecord]:
+        """Retire the unclaimed (or expired) instances on `host` (of `pools`, if given) in one
+        statement, so none of them can be claimed any more; returns them to be stopped."""
+        ids = list(pools) if pools is not None else None
+        async with self._pool.connection() as conn, conn.transaction():
+            cursor = await conn.execute(_RETIRE_IDLE, (host, ids, ids))
+            rows = await cursor.fetchall()
+            for row in rows:
+                await conn.execute(
+                    _INSERT_EVENT,
+                    (row["instance_id"], row["epoch"], "retired", None, None, "idle at shutdown"),
+                )
+        return [await self.sandbox(row["instance_id"]) for row in rows]
+
+    async def sandbox(self, instance_id: str) -> SandboxRecord:
+        """One instance's record. Raises NotFound."""
+        async with self._pool.connection() as conn:
+            cursor = conn.cursor(row_factory=dict_row)
+            await cursor.execute(_SELECT_RECORD + " WHERE instance_id = %s", (instance_id,))
+            row = await cursor.fetchone()
+        if row is None:
+            raise NotFound(f"sandbox {instance_id!r} not found")
+        return SandboxRecord.from_row(row)
+
+    async def list_sandboxes(
+        self, *, pool: str | None = None, include_retired: bool = False
+    ) -> list[SandboxRecord]:
+        """Instances, oldest first (only `pool`'s; retired ones only if asked)."""
+        async with self._pool.connection() as conn:
+            cursor = conn.cursor(row_factory=dict_row)
+            await cursor.execute(
+                _SELECT_RECORD + " WHERE (%s::text IS NULL OR pool = %s) AND (%s OR NOT retired)"
+                " ORDER BY created_at, instance_id",
+                (pool, pool, include_retired),
+            )
+            rows = await cursor.fetchall()
+        return [SandboxRecord.from_row(row) for row in rows]
+
+    async def sandbox_events(self, instance_id: str) -> list[SandboxEvent]:
+        """An instance's history, oldest first."""
+        async with self._pool.connection() as conn:
+            cursor = conn.cursor(row_factory=dict_row)
+            await cursor.execute(
+                "SELECT instance_id, epoch, event, episode_id, holder, detail,"
+                " extract(epoch FROM created_at)::float8 AS created_at FROM sandbox_events"
+                " WHERE instance_id = %s ORDER BY id",
+                (instance_id,),
+            )
+            rows = await cursor.fetchall()
+        return [SandboxEvent(**row) for row in rows]
