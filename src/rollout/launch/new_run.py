@@ -1,0 +1,108 @@
+"""A new training run: its configuration (a preset, `--set` overrides, `--steps`, `--max-lag`)
+and its first facts in the ledger (the run with its spec, and the settings `max_lag` and
+`sampling` that the gateway and runners follow).
+
+Example:
+    >>> from rollout.training.config import RunConfig
+    >>> config = apply_overrides(RunConfig(), ["max_lag=3", "importance.mode=icepop"])
+    >>> config.max_lag, config.importance.mode
+    (3, 'icepop')
+    >>> apply_overrides(config, ["max_lag"])
+    Traceback (most recent call last):
+    ...
+    rollout.errors.RolloutError: --set expects KEY=VALUE, got 'max_lag'
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from rollout.errors import RolloutError
+from rollout.ledger import Ledger, RunRecord
+from rollout.training.config import (
+    RunConfig,
+    RunSpec,
+    load_preset,
+    parse_config,
+    require_available,
+)
+
+
+def apply_overrides(config: RunConfig, overrides: list[str]) -> RunConfig:
+    """Apply `KEY=VALUE` overrides in order (dotted keys for nested fields, YAML values), then
+    validate the whole configuration again.
+
+    Raises:
+        RolloutError: an override is not `KEY=VALUE`, a value is not YAML, or the result is
+            invalid (naming the field and the value).
+    """
+    import yaml
+
+    data = config.model_dump(mode="json")
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise RolloutError(f"--set expects KEY=VALUE, got {item!r}")
+        try:
+            value = yaml.safe_load(raw)
+        except yaml.YAMLError as error:
+            raise RolloutError(f"--set {key}: {raw!r} is not a YAML value: {error}") from None
+        target = data
+        *parents, leaf = key.split(".")
+        for parent in parents:
+            child = target.get(parent)
+            if not isinstance(child, dict):
+                child = {}
+                target[parent] = child
+            target = child
+        target[leaf] = value
+    return parse_config(data, source="--set")
+
+
+def training_config(
+    preset: str,
+    overrides: list[str] | None = None,
+    *,
+    steps: int | None = None,
+    max_lag: int | None = None,
+) -> RunConfig:
+    """The run's configuration: the preset, each override, then `steps` and `max_lag`.
+
+    Raises:
+        RolloutError: as `apply_overrides`, or the backend or provider is not available yet.
+    """
+    config = apply_overrides(load_preset(preset), overrides or [])
+    updates: dict[str, Any] = {}
+    if steps is not None:
+        updates["steps"] = steps
+    if max_lag is not None:
+        updates["max_lag"] = max_lag
+    config = config.model_copy(update=updates)
+    require_available(config)
+    return config
+
+
+def run_name(environment: str) -> str:
+    """A default run name: `<environment>-<date>-<time>-<4 hex>`."""
+    return f"{environment}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
+
+
+async def create_run(
+    ledger: Ledger,
+    spec: str,
+    config: RunConfig,
+    model_path: Path,
+    name: str,
+) -> RunRecord:
+    """Record the run (environment `spec`, its `RunSpec`) and the settings roles follow."""
+    run_spec = RunSpec(kind="train", model=str(model_path), training=config)
+    record = await ledger.create_run(name, spec, run_spec.model_dump(mode="json"))
+    await ledger.set_setting(record.run_id, "max_lag", config.max_lag)
+    sampling: dict[str, Any] = {"temperature": config.temperature}
+    if config.max_tokens is not None:
+        sampling["max_tokens"] = config.max_tokens
+    await ledger.set_setting(record.run_id, "sampling", sampling)
+    return record

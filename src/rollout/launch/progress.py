@@ -1,0 +1,124 @@
+"""`rollout train`'s live progress: a follower of one run's train steps.
+
+`TrainingProgress` holds what has been read so far; each `poll` reads only the steps recorded
+since the last one (and whether the run finished), over the one ledger connection the command
+keeps for the whole run. `watch_training` shows it as a progress bar with the latest reward,
+loss, lag and episodes per second, waking on the ledger's `train_steps` and `settings`
+notifications (polling is the fallback), until the trainer marks the run finished.
+
+Example:
+    >>> from rollout.ledger import TrainStepRecord
+    >>> steps = [
+    ...     TrainStepRecord("r", 1, (0,), {"reward": 0.25, "loss": -0.5, "episodes": 8}, 10.0),
+    ...     TrainStepRecord("r", 2, (1,), {"reward": 0.5, "loss": 0.25, "episodes": 8}, 12.0),
+    ... ]
+    >>> status_line(steps)
+    'reward 0.500  loss +0.2500  lag 0.00  4 episodes/s'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from rollout.errors import RolloutError
+from rollout.ledger import Ledger, TrainStepRecord
+
+RATE_WINDOW = 5
+"""Steps over which episodes per second are measured."""
+
+
+def rl_steps(steps: Sequence[TrainStepRecord]) -> list[TrainStepRecord]:
+    """The RL steps (step 0 is the format warm-up's checkpoint)."""
+    return [step for step in steps if step.step > 0]
+
+
+def status_line(steps: Sequence[TrainStepRecord]) -> str | None:
+    """The latest RL step's reward, loss and lag, and episodes per second over the last few."""
+    rl = rl_steps(steps)
+    if not rl:
+        return None
+    last = rl[-1].metrics
+    recent = rl[-RATE_WINDOW:]
+    window = recent[-1].created_at - recent[0].created_at
+    # The first step of the window ended when the window began: its episodes came before.
+    episodes = sum(float(step.metrics.get("episodes", 0.0)) for step in recent[1:])
+    rate = episodes / window if window > 0 else 0.0
+    return (
+        f"reward {last.get('reward', 0):.3f}  loss {last.get('loss', 0):+.4f}  "
+        f"lag {last.get('lag_mean', 0):.2f}  {rate:.0f} episodes/s"
+    )
+
+
+@dataclass
+class TrainingProgress:
+    """The train steps of one run read so far, and whether the run has finished."""
+
+    run_id: str
+    steps: list[TrainStepRecord] = field(default_factory=list)
+    finished: bool = False
+
+    @property
+    def last_step(self) -> int:
+        """The newest step read (-1 before any)."""
+        return self.steps[-1].step if self.steps else -1
+
+    async def poll(self, ledger: Ledger) -> list[TrainStepRecord]:
+        """Read the steps recorded since the last poll; return them."""
+        # Whether it finished is read first: the trainer records its last step before it marks
+        # the run finished, so a finished run's steps are all read by this same poll.
+        self.finished = bool((await ledger.settings(self.run_id)).get("finished"))
+        new = await ledger.train_steps(self.run_id, after=self.last_step)
+        self.steps.extend(new)
+        return new
+
+
+async def watch_training(
+    ledger: Ledger,
+    progress: TrainingProgress,
+    total_steps: int,
+    console: Console,
+    *,
+    stopped: Callable[[], str | None] = lambda: None,
+    interval: float = 0.5,
+) -> TrainingProgress:
+    """Show `progress` live until the run finishes.
+
+    Args:
+        ledger: The command's one ledger connection.
+        progress: Filled in as steps arrive (the caller keeps it if this is cancelled).
+        total_steps: The run's RL steps (the bar's length).
+        console: Where the bar is drawn.
+        stopped: Why the processes that train the run stopped, or None while they run.
+        interval: Seconds between polls when no notification arrives.
+
+    Raises:
+        RolloutError: `stopped` reported a problem before the run finished.
+    """
+    view = Progress(
+        TextColumn("[bold]training"),
+        BarColumn(),
+        TextColumn("step {task.completed:.0f}/{task.total:.0f}"),
+        TextColumn("{task.fields[status]}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+    )
+    bar = view.add_task("train", total=total_steps, status="starting roles...")
+    with view:
+        while True:
+            if await progress.poll(ledger):
+                line = status_line(progress.steps)
+                if line is not None:
+                    view.update(bar, completed=progress.last_step, status=line)
+                else:
+                    view.update(bar, status="warm-up done; playing the first episodes...")
+            if progress.finished:
+                return progress
+            problem = stopped()
+            if problem is not None:
+                raise RolloutError(problem)
+            await ledger.wait(("train_steps", "settings"), interval, run_id=progress.run_id)
