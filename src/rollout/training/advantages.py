@@ -9,7 +9,9 @@ Failed seats (the environment or the agent crashed) are either left out of the g
 (`failed="exclude"`: no advantage, not trained on, not in the mean) or counted as reward 0
 (`failed="zero"`: trained on, pushing the policy away from what led to the failure).
 
->>> group_advantages([1.0, 0.0, 1.0, 0.0])
+>>> group_advantages([1.0, 0.0, 1.0, 0.0])  # std 0.5: divided by 0.5 + epsilon
+[0.999998000004, -0.999998000004, 0.999998000004, -0.999998000004]
+>>> group_advantages([1.0, 0.0, 1.0, 0.0], epsilon=0.0)
 [1.0, -1.0, 1.0, -1.0]
 >>> group_advantages([1.0, 0.0, None], normalize_std=False)
 [0.5, -0.5, None]
