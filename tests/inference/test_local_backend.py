@@ -15,7 +15,8 @@ from transformers import AutoModelForCausalLM, PreTrainedModel
 
 from rollout.contracts import Completion, Message, SamplingParams
 from rollout.inference.base import BackendError, InferenceBackend
-from rollout.inference.local import LocalBackend, _nucleus
+from rollout.inference.local import LocalBackend
+from rollout.inference.local.sampling import nucleus
 from rollout.models import init_model
 from rollout.rendering import HFRenderer
 
@@ -116,7 +117,7 @@ async def test_top_p_restricts_and_renormalises(backend: LocalBackend, renderer:
 
 def test_nucleus_keeps_the_smallest_set_reaching_top_p() -> None:
     logp = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05], [0.5, 0.3, 0.15, 0.05]]))
-    out = _nucleus(logp, torch.tensor([0.75, 1.0]))
+    out = nucleus(logp, torch.tensor([0.75, 1.0]))
     assert torch.allclose(out[0].exp(), torch.tensor([0.625, 0.375, 0.0, 0.0]))
     assert torch.allclose(out[1], logp[1])
 
