@@ -1,4 +1,4 @@
-"""Every code example in README.md and docs/ runs here.
+"""Every code example in README.md, CONTRIBUTING.md and docs/ runs here.
 
 - ```python blocks are executed in order, one namespace per page.
 - ```console lines of the form `uv run rollout ...` run through the real CLI entry point, with
@@ -10,7 +10,8 @@
 
 docs/rolloutlib.md and packages/rolloutlib/README.md are run by rolloutlib's own tests, and the
 python blocks of docs/gateway.md by tests/gateway/test_docs_gateway.py (against their own
-database).
+database). docs/architecture.md's table of layers must match tests/test_layers.py, and every
+place its table of concepts names must exist.
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ import pytest
 from tests.cli_helpers import rollout
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))]
 PAGES = [p for p in PAGES if p.name != "rolloutlib.md"]
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
 LONG_RUNNING = {"train", "up", "playground", "gateway", "inference", "trainer", "runner", "bridge"}
 FENCE = re.compile(r"(<!-- no-test -->\s*)?```(\w+)\n(.*?)```", re.DOTALL)
 
@@ -105,3 +107,27 @@ def test_console_examples_run(
             args = [args[0], "--help"]
         code, out, err = rollout(capsys, *args)
         assert code == 0, f"`rollout {' '.join(args)}` exited {code}: {err or out}"
+
+
+def _section(page: Path, title: str) -> str:
+    text = page.read_text()
+    start = text.index(f"\n## {title}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end != -1 else len(text)]
+
+
+def test_architecture_shows_the_layers_that_test_layers_enforces() -> None:
+    from tests.test_layers import LAYERS
+
+    rows = re.findall(r"^\| (\d+) \| ([^|]+) \|", _section(ARCHITECTURE, "Layers"), re.M)
+    shown = {name: int(layer) for layer, names in rows for name in re.findall(r"`(\w+)`", names)}
+    assert shown == LAYERS
+
+
+def test_architecture_names_only_places_that_exist() -> None:
+    lines = _section(ARCHITECTURE, "Where each concept lives").splitlines()
+    table = "\n".join(line for line in lines if line.startswith("|"))
+    places = re.findall(r"`([\w/]+(?:\.py|/))`", table)
+    assert len(places) > 30
+    missing = [place for place in places if not (ROOT / "src" / "rollout" / place).exists()]
+    assert not missing, f"docs/architecture.md names places that do not exist: {missing}"
