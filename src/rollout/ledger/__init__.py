@@ -3,8 +3,9 @@
 - `Ledger` (api.py): the one facade every role uses, composed of a mixin per concept:
   runs.py (runs, settings), seats.py (episodes, claims, keys, seat ends), episodes.py (episode
   reads), turns.py (turns), leases.py (leases, the fence), training.py (complete groups, train
-  steps, checkpoints), serving.py (conversions, serving, acks), notify.py (wake-ups), on
-  connection.py (the pool; rows read by column name).
+  steps, checkpoints), serving.py (conversions, serving, acks), notify.py (wake-ups),
+  presets.py (stored presets), evals.py (eval suites, jobs, scores), sandboxes.py (sandbox
+  instances and claims), on connection.py (the pool; rows read by column name).
 - records.py: the frozen dataclasses it reads and writes; inputs.py: checks of written values.
 - errors.py: `LedgerError` and its subclasses (`StaleFence`, `NotFound`, `LeaseHeld`,
   `InvalidInput`).

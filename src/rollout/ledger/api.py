@@ -17,7 +17,9 @@ SQL named once at the top of the module:
   (`record_conversion`, `conversions`, `set_serving`, `serving`, `ack_serving`,
   `serving_acks`, `lag_view`);
 - notify.py: wake-ups (`listen`, `wait` on channels from `CHANNELS`; polling is the fallback);
-- presets.py: presets stored by `rollout preset load` (`store_preset`, `presets`, `find_preset`).
+- presets.py: presets stored by `rollout preset load` (`store_preset`, `presets`, `find_preset`);
+- evals.py: eval suites, requests, jobs, the claims of their seats and their scores;
+- sandboxes.py: sandbox instances and their fenced claims.
 
 Why mixins and not delegation: every concept needs the same pool and nothing else, and callers
 keep one flat namespace (`ledger.claim_seat`, not `ledger.seats.claim`). Delegating would
