@@ -26,6 +26,7 @@ MAX_LAG = 1
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(960)  # above the command's own 900 s limit, so that one reports first
 def test_train_learns_off_policy_within_max_lag(database_url: str, tmp_path: Path) -> None:
     env = dict(os.environ, ROLLOUT_DATABASE_URL=database_url, ROLLOUT_STATE_DIR=str(tmp_path))
     result = subprocess.run(
