@@ -104,7 +104,7 @@ def test_suites_load_from_files_names_and_python_objects(tmp_path: Path) -> None
     builtin = resolve("math-sample")  # evals/math-sample.yaml, items from evals/data/
     assert [m.name for m in builtin.members] == ["arithmetic", "gsm8k-sample", "aime-sample"]
     assert [m.kind for m in builtin.members] == ["environment", "benchmark", "benchmark"]
-    assert len(builtin.members[1].parameters) == 6
+    assert len(builtin.members[1].parameters) == 8
     by_path = resolve(str(HERE / "slow.yaml"))
     assert by_path.name == "slow" and by_path.members[0].source == "tests.evals.envs:slow"
     assert load_suite("tests.evals.test_suite:PYTHON_SUITE")[0] is PYTHON_SUITE
@@ -129,9 +129,9 @@ def test_member_of_maps_an_episode_to_its_environment() -> None:
     suite = resolve("math-sample")
     assert suite.member_of(0)[0] == 0 and suite.member_of(15)[0] == 0
     assert suite.member_of(16) == (1, suite.members[1])
-    assert suite.member_of(23)[0] == 2
-    with pytest.raises(SuiteError, match="24 episodes"):
-        suite.member_of(24)
+    assert suite.member_of(25)[0] == 2
+    with pytest.raises(SuiteError, match="26 episodes"):
+        suite.member_of(26)
 
 
 def test_wilson_for_pass_fail_and_t_for_anything_else() -> None:

@@ -86,14 +86,17 @@ class CheckpointServer:
 
     @staticmethod
     def _load_model(spec: RunSpec, version: int) -> tuple[Renderer, InferenceBackend]:
-        from rollout.inference.factory import load_model
+        from rollout.rendering import HFRenderer
 
         if spec.model == "scripted":
             if version != BASE_VERSION:
                 raise EvalError("the scripted model has no checkpoints: evaluate 'base'")
-            return load_model("scripted")
+            from rollout.inference.scripted import ScriptedBackend
+            from rollout.models import default_tokenizer_dir
+
+            renderer = HFRenderer(default_tokenizer_dir())
+            return renderer, ScriptedBackend(renderer, version=version)
         from rollout.inference.local import LocalBackend
-        from rollout.rendering import HFRenderer
 
         folder = Path(spec.model)
         return HFRenderer(folder), LocalBackend(folder, device=spec.device, version=version)
