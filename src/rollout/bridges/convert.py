@@ -1,7 +1,19 @@
-"""Checkpoint conversion per inference backend."""
+"""Checkpoint conversion per inference backend.
+
+- `local`: the model files (full weights or a peft adapter) and tokenizer files; the trainer's
+  state (optimizer, RNG) is dropped, so servers fetch only what they load.
+- `vllm`: what vLLM loads as it is: a LoRA checkpoint becomes a peft adapter folder whose
+  `adapter_config.json` names the run's base model folder (`base_model_name_or_path`, read from
+  the checkpoint's `trainer_state.json`), and a full checkpoint a complete Hugging Face folder,
+  tokenizer and chat template included (taken from the base model folder when the checkpoint
+  lacks them).
+- `tinker`: the checkpoint holds only Tinker paths (`tinker_checkpoint.json`); the conversion
+  is `sampler.json` with the sampler path that `SamplingClient` loads.
+"""
 
 from __future__ import annotations
 
+import json
 import shutil
 import tempfile
 from pathlib import Path
@@ -9,10 +21,19 @@ from pathlib import Path
 from rollout.blobs import BlobStore
 from rollout.errors import RolloutError
 
-BACKENDS = ("local", "vllm")
+BACKENDS = ("local", "vllm", "tinker")
 
 TRAINER_STATE = "trainer_state"
 """Sub-folder of a checkpoint with what only the trainer needs (optimizer, RNG, step)."""
+
+STATE_SUMMARY = "trainer_state.json"
+"""The trainer's readable summary of a checkpoint (kind, step, base model folder)."""
+
+TINKER_CHECKPOINT = "tinker_checkpoint.json"
+"""A Tinker checkpoint's paths: `state_path` (weights + optimizer) and `sampler_path`."""
+
+TINKER_SAMPLER = "sampler.json"
+"""The `tinker` conversion: `{"sampler_path": ..., "base_model": ...}`."""
 
 MODEL_FILES = (
     "config.json",
@@ -21,12 +42,19 @@ MODEL_FILES = (
     "model.safetensors.index.json",
     "adapter_config.json",
     "adapter_model.safetensors",
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "chat_template.jinja",
     "rollout_model.json",
 )
+
+TOKENIZER_FILES = (
+    "tokenizer*",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "chat_template*",
+    "vocab*",
+    "merges.txt",
+    "*.tiktoken",
+)
+"""Glob patterns of a Hugging Face folder's tokenizer and chat template files."""
 
 
 def conversion_uri(checkpoint_uri: str, backend: str) -> str:
@@ -45,19 +73,74 @@ def convert_checkpoint(blobs: BlobStore, checkpoint_uri: str, backend: str) -> s
         blobs.get_dir(checkpoint_uri, source)
         out = Path(tmp) / "converted"
         out.mkdir()
-        copied = 0
-        for name in MODEL_FILES:
-            if (source / name).is_file():
-                shutil.copy2(source / name, out / name)
-                copied += 1
-        shards = sorted(source.glob("model-*.safetensors"))
-        for shard in shards:
-            shutil.copy2(shard, out / shard.name)
-        if (
-            not (out / "model.safetensors").exists()
-            and not shards
-            and not (out / "adapter_model.safetensors").exists()
-        ):
-            raise RolloutError(f"checkpoint {checkpoint_uri} has no model or adapter weights")
+        convert_folder(source, out, backend, checkpoint_uri=checkpoint_uri)
         blobs.put_dir(out, target)
     return target
+
+
+def convert_folder(source: Path, out: Path, backend: str, *, checkpoint_uri: str = "") -> None:
+    """Write `backend`'s files for the checkpoint folder `source` into the folder `out`.
+
+    Raises:
+        RolloutError: The checkpoint has nothing `backend` can load (naming it).
+    """
+    name = checkpoint_uri or str(source)
+    if backend == "tinker":
+        _convert_tinker(source, out, name)
+        return
+    if (source / TINKER_CHECKPOINT).is_file():
+        raise RolloutError(
+            f"checkpoint {name} is a Tinker checkpoint; only backend 'tinker' serves it"
+        )
+    for file in MODEL_FILES:
+        if (source / file).is_file():
+            shutil.copy2(source / file, out / file)
+    for shard in sorted(source.glob("model-*.safetensors")):
+        shutil.copy2(shard, out / shard.name)
+    _copy_tokenizer(source, out)
+    lora = (out / "adapter_model.safetensors").exists()
+    full = (out / "model.safetensors").exists() or any(out.glob("model-*.safetensors"))
+    if not lora and not full:
+        raise RolloutError(f"checkpoint {name} has no model or adapter weights")
+    if backend != "vllm":
+        return
+    base = _base_model(source)
+    if lora:
+        if base is None:
+            raise RolloutError(f"checkpoint {name}: a LoRA adapter without its base model folder")
+        config_path = out / "adapter_config.json"
+        config = json.loads(config_path.read_text())
+        config["base_model_name_or_path"] = str(base)
+        config_path.write_text(json.dumps(config, indent=2))
+    elif not any(out.glob("tokenizer*")) and base is not None:
+        _copy_tokenizer(base, out)  # vLLM's reload reads the folder as a whole model
+
+
+def _copy_tokenizer(source: Path, out: Path) -> None:
+    for pattern in TOKENIZER_FILES:
+        for file in source.glob(pattern):
+            if file.is_file() and not (out / file.name).exists():
+                shutil.copy2(file, out / file.name)
+
+
+def _base_model(source: Path) -> Path | None:
+    summary = source / STATE_SUMMARY
+    if not summary.is_file():
+        return None
+    base = json.loads(summary.read_text()).get("base_model")
+    return Path(base) if base else None
+
+
+def _convert_tinker(source: Path, out: Path, name: str) -> None:
+    checkpoint = source / TINKER_CHECKPOINT
+    if not checkpoint.is_file():
+        raise RolloutError(
+            f"checkpoint {name} has no {TINKER_CHECKPOINT}; backend 'tinker' "
+            "serves only checkpoints of provider 'tinker'"
+        )
+    paths = json.loads(checkpoint.read_text())
+    if not paths.get("sampler_path"):
+        raise RolloutError(f"checkpoint {name}: {TINKER_CHECKPOINT} has no sampler_path")
+    (out / TINKER_SAMPLER).write_text(
+        json.dumps({"sampler_path": paths["sampler_path"], "base_model": paths.get("base_model")})
+    )

