@@ -58,4 +58,9 @@ not_finite = Environment(name="not-finite", task=NotFiniteReward)
 sync_start = Environment(name="sync-start", task=SyncStart)
 never_ends = Environment(name="never-ends", task=NeverEnds, max_turns=3)
 parameters_fail = Environment(name="parameters-fail", task=RespondRaises, parameters=bad_parameters)
+parameters_not_a_mapping = Environment(
+    name="parameters-not-a-mapping",
+    task=RespondRaises,
+    parameters=lambda rng: rng.randint(1, 1),  # type: ignore[arg-type]  # the mistake under test
+)
 not_an_environment = 42

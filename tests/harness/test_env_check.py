@@ -41,6 +41,11 @@ async def test_arithmetic_passes(scripted: DirectModel) -> None:
         ("not_finite", "reward is not finite"),
         ("sync_start", "SyncStart.start must be `async def`"),
         ("parameters_fail", "drawing parameters raised KeyError"),
+        (
+            "parameters_not_a_mapping",
+            "drawing parameters: Environment 'parameters-not-a-mapping': parameters(rng) must be "
+            "a mapping of parameters, got 1",
+        ),
     ],
 )
 async def test_broken_environments_are_reported_by_name(

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from rollout.harness.core import Environment, RunContext
-from rollout.harness.errors import TaskError
+from rollout.harness.errors import InvalidEnvironment, TaskError
 from rollout.harness.play import Complete, SeatResult, make_task, play_seat
 
 
@@ -72,6 +72,9 @@ async def check_environment(
     report = CheckReport(environment=environment.name)
     try:
         parameters = environment.draw_parameters(0, seed)
+    except InvalidEnvironment as error:  # our own check: its message says it all
+        report.problems.append(f"drawing parameters: {error}")
+        return report
     except Exception as error:
         report.problems.append(
             f"drawing parameters raised {type(error).__name__}: {error}\n{traceback.format_exc()}"
