@@ -90,29 +90,30 @@ def _role_pids(role: str, database_url: str) -> list[int]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1500)
 def test_parity_trains_to_its_target_on_ray(database_url: str, tmp_path: Path) -> None:
-    env = _env(database_url, tmp_path / "state")
-    created = _create_run(env, "--steps", str(MAX_STEPS), "--set", "stop_at_reward=0.9")
-    began = time.time()
-    up = _up(env, created["run_id"], tmp_path / "up.log")
-    _finish(up, tmp_path / "up.log", timeout=1200)
-    with psycopg.connect(database_url) as conn:
-        rewards = [
-            row[0]
-            for row in conn.execute(
-                "SELECT (metrics->>'reward')::float8 FROM train_steps"
-                " WHERE run_id = %s AND step > 0 ORDER BY step",
-                (created["run_id"],),
-            )
-        ]
-    print(f"ray launcher: {len(rewards)} steps in {time.time() - began:.0f} s")
-    assert 3 <= len(rewards) <= MAX_STEPS
-    assert sum(rewards[-3:]) / 3 >= 0.9  # finished by reaching the target, not by running out
-    asyncio.run(_check_ledger(database_url, created["run_id"], len(rewards)))
-    assert not _role_pids(f"trainer-{created['name']}", database_url)  # no actor left behind
+    """The README's parity command with `--launcher ray`: `rollout up --launcher ray` places
+    every role as a Ray actor and the run reaches its target."""
+    result = subprocess.run(
+        [
+            sys.executable, "-m", "rollout.cli", "train", "parity.environment:environment",
+            "--preset", "cpu-tiny", "--steps", str(MAX_STEPS), "--set", "stop_at_reward=0.9",
+            "--launcher", "ray", "--json",
+        ],
+        capture_output=True, text=True, env=_env(database_url, tmp_path), timeout=1400,
+        check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads(result.stdout)
+    print("ray train summary:", json.dumps(summary))
+    assert summary["status"] == "finished" and 3 <= summary["steps"] <= MAX_STEPS
+    assert summary["seconds_to_target"] is not None  # finished by reaching 0.9, not running out
+    asyncio.run(_check_ledger(database_url, summary["run_id"], summary["steps"]))
+    assert not _role_pids(f"trainer-{summary['name']}", database_url)  # no actor left behind
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1500)
 def test_a_killed_trainer_actor_is_restarted_by_ray_and_fenced(
     database_url: str, tmp_path: Path
 ) -> None:

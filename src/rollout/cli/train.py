@@ -23,6 +23,9 @@ def train(
         list[str] | None,
         typer.Option("--set", help="Override a preset field: KEY=VALUE (YAML value; repeatable)."),
     ] = None,
+    launcher: Annotated[
+        str, typer.Option(help="local: roles as local processes; ray: as Ray actors.")
+    ] = "local",
     as_json: JsonFlag = False,
 ) -> None:
     """Create a run and train it, showing live progress; ends with a summary."""
@@ -38,6 +41,7 @@ def train(
         model=model,
         cluster=cluster,
         console=err_console if as_json else console,
+        launcher=launcher,
     )
     if as_json:
         print_json(summary)

@@ -63,7 +63,7 @@ def apply_overrides(config: RunConfig, overrides: list[str]) -> RunConfig:
 
 
 def training_config(
-    preset: str,
+    preset: str | RunConfig,
     overrides: list[str] | None = None,
     *,
     steps: int | None = None,
@@ -74,7 +74,8 @@ def training_config(
     Raises:
         RolloutError: as `apply_overrides`, or the backend or provider is not available yet.
     """
-    config = apply_overrides(load_preset(preset), overrides or [])
+    base = preset if isinstance(preset, RunConfig) else load_preset(preset)
+    config = apply_overrides(base, overrides or [])
     updates: dict[str, Any] = {}
     if steps is not None:
         updates["steps"] = steps

@@ -8,6 +8,7 @@ the ledger under that name, else the built-in one.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,13 +72,26 @@ async def store_presets(ledger: Ledger, presets: list[PresetFile]) -> list[tuple
 async def resolve_preset(name_or_path: str, database_url: str | None = None) -> RunConfig:
     """`--preset`: a YAML path as it is; else the preset stored in the ledger under that name;
     else the built-in preset of that name."""
+    stored = await asyncio.to_thread(stored_preset, name_or_path, database_url)
+    return stored or load_preset(name_or_path)
+
+
+def stored_preset(name_or_path: str, database_url: str | None = None) -> RunConfig | None:
+    """The preset stored in the ledger under this name (`rollout preset load`), or None for a
+    path or a name with none stored (then the built-in preset applies)."""
     if Path(name_or_path).suffix:
-        return load_preset(name_or_path)
-    ledger = await Ledger.connect(database_url)
-    try:
-        stored = await ledger.find_preset(name_or_path)
-    finally:
-        await ledger.close()
-    if stored is None:
-        return load_preset(name_or_path)
-    return parse_preset(stored.name, stored.body, source=f"preset {stored.name!r} in the ledger")
+        return None
+
+    async def find() -> RunConfig | None:
+        ledger = await Ledger.connect(database_url)
+        try:
+            stored = await ledger.find_preset(name_or_path)
+        finally:
+            await ledger.close()
+        if stored is None:
+            return None
+        return parse_preset(
+            stored.name, stored.body, source=f"preset {stored.name!r} in the ledger"
+        )
+
+    return asyncio.run(find())

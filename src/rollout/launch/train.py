@@ -32,6 +32,7 @@ from rollout.harness.loading import load_environment
 from rollout.launch.local import role_argv
 from rollout.launch.model_folder import resolve_model
 from rollout.launch.new_run import create_run, run_name, training_config
+from rollout.launch.presets import stored_preset
 from rollout.launch.progress import TrainingProgress, watch_training
 from rollout.launch.summary import print_summary, summarize
 from rollout.ledger import Ledger, RunRecord, ledger_url
@@ -47,13 +48,13 @@ class LocalRoles:
     log_path: Path
 
     @classmethod
-    def start(cls, run: RunRecord, database_url: str) -> LocalRoles:
+    def start(cls, run: RunRecord, database_url: str, launcher: str = "local") -> LocalRoles:
         settings = get_settings()
         log_path = settings.logs_dir / f"up-{run.name}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with log_path.open("ab") as log_file:
             process = subprocess.Popen(
-                role_argv("up", "--run", run.run_id, "--until-finished"),
+                role_argv("up", "--run", run.run_id, "--until-finished", "--launcher", launcher),
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
                 env={**os.environ, **settings.environ(database_url)},
@@ -91,6 +92,7 @@ def train_command(
     cluster: bool,
     console: Console,
     overrides: list[str] | None = None,
+    launcher: str = "local",
 ) -> dict[str, Any]:
     """Create a run and, unless `cluster`, train it locally; return the summary.
 
@@ -100,7 +102,9 @@ def train_command(
     """
     began = time.time()
     environment = load_environment(spec)
-    config = training_config(preset, overrides, steps=steps, max_lag=max_lag)
+    # A preset stored in the ledger (`rollout preset load`) wins over the built-in one.
+    base = stored_preset(preset)
+    config = training_config(base or preset, overrides, steps=steps, max_lag=max_lag)
     model_path = resolve_model(config, model)
     return asyncio.run(
         _train(
@@ -111,6 +115,7 @@ def train_command(
             cluster=cluster,
             console=console,
             began=began,
+            launcher=launcher,
         )
     )
 
@@ -124,6 +129,7 @@ async def _train(
     cluster: bool,
     console: Console,
     began: float,
+    launcher: str = "local",
 ) -> dict[str, Any]:
     url = await asyncio.to_thread(ledger_url)  # may start the embedded Postgres
     async with await Ledger.connect(url, max_size=2) as ledger:
@@ -135,7 +141,7 @@ async def _train(
         if cluster:
             console.print("created; the cluster's trainer, gateway and runners will pick it up")
             return {"run_id": run.run_id, "name": run.name, "status": "created"}
-        roles = LocalRoles.start(run, url)
+        roles = LocalRoles.start(run, url, launcher)
         progress = TrainingProgress(run.run_id)
         try:
             await watch_training(ledger, progress, config.steps, console, stopped=roles.problem)
