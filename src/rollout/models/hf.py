@@ -10,6 +10,8 @@ so they agree on which ids stop a turn, which id pads a batch and which weights 
 - `pad_token_id`: the id that fills padding (pad, else eos, else bos, else 0).
 - `missing_weights`: weights a partial state dict leaves unset, tied weights counted as set.
 - `cache_argument`: the name a model's `forward` takes its KV cache under.
+- `copy_tokenizer_files`: a folder's tokenizer and chat template files (`TOKENIZER_FILES`),
+  copied into another (a full checkpoint is then a complete Hugging Face folder).
 
 Nothing here imports torch or transformers; models and tokenizers are passed in.
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import shutil
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,6 +32,17 @@ END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<end_of_turn>",
 """End-of-turn tokens of common chat templates; one counts when the template writes it."""
 
 GENERATION_CONFIG = "generation_config.json"
+
+TOKENIZER_FILES = (
+    "tokenizer*",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "chat_template*",
+    "vocab*",
+    "merges.txt",
+    "*.tiktoken",
+)
+"""Glob patterns of a Hugging Face folder's tokenizer and chat template files."""
 
 
 def token_ids(value: object) -> list[int]:
@@ -112,3 +126,18 @@ def cache_argument(model: Any) -> str:
     """The keyword `model.forward` takes its KV cache under (transformers 5 renamed it)."""
     parameters = inspect.signature(model.forward).parameters
     return "cache" if "cache" in parameters else "past_key_values"
+
+
+def copy_tokenizer_files(source: str | Path, out: str | Path) -> list[str]:
+    """Copy `source`'s tokenizer and chat template files into `out`; the names copied.
+
+    Files `out` already has are kept (a checkpoint's own tokenizer wins over its base's).
+    """
+    copied: list[str] = []
+    for pattern in TOKENIZER_FILES:
+        for file in Path(source).glob(pattern):
+            target = Path(out) / file.name
+            if file.is_file() and not target.exists():
+                shutil.copy2(file, target)
+                copied.append(file.name)
+    return copied

@@ -4,10 +4,10 @@ This is not a serving backend (those live in `rollout.inference`); it exists so 
 experiments, format warm-up and trainer/sampler agreement tests can sample from a model held in
 the same process, with the same numerics the trainer uses.
 
-Prompts of different lengths are left-padded; position ids come from the attention mask
-(`cumsum(mask) - 1`), so each prompt sees the positions it would see alone. Decoding uses the KV
-cache. The logprob of each sampled token is taken from `log_softmax(logits / T)`, the
-distribution it was sampled from.
+Prompts of different lengths are left-padded (`rollout.models.padding`); position ids come from
+the attention mask (`cumsum(mask) - 1`), so each prompt sees the positions it would see alone.
+Decoding uses the KV cache. The logprob of each sampled token is taken from
+`log_softmax(logits / T)`, the distribution it was sampled from.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ from typing import Any
 
 import torch
 
+from rollout.models.hf import cache_argument
+from rollout.models.padding import left_padded
 from rollout.training.errors import TrainingError
 
 
@@ -63,31 +65,24 @@ def sample_batch(
         raise TrainingError("prompts must be a non-empty list of non-empty token lists")
     device = next(model.parameters()).device
     b = len(prompts)
-    width = max(len(p) for p in prompts)
-    ids = torch.full((b, width), pad_token_id, dtype=torch.long)
-    mask = torch.zeros((b, width), dtype=torch.long)
-    for i, p in enumerate(prompts):
-        ids[i, width - len(p) :] = torch.tensor(list(p), dtype=torch.long)
-        mask[i, width - len(p) :] = 1
-    ids, mask = ids.to(device), mask.to(device)
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    batch = left_padded(prompts, pad_token_id, device)
+    mask = batch.attention_mask
     stops = torch.tensor(list(stop_token_ids), dtype=torch.long, device=device)
+    cache_arg = cache_argument(model)
 
     was_training = model.training
     model.eval()
     try:
         out = model(
-            input_ids=ids,
+            input_ids=batch.input_ids,
             attention_mask=mask,
-            position_ids=positions,
+            position_ids=batch.position_ids,
             use_cache=True,
             logits_to_keep=1,
         )
-        # transformers 5 renamed `past_key_values` to `cache` (output field and argument).
-        cache_arg = "cache" if "cache" in out else "past_key_values"
         cache = out[cache_arg]
         logits = out.logits[:, -1]
-        next_pos = positions[:, -1] + 1
+        next_pos = batch.next_positions
         done = torch.zeros(b, dtype=torch.bool, device=device)
         tokens: list[torch.Tensor] = []
         logprobs: list[torch.Tensor] = []

@@ -1,43 +1,26 @@
-"""The local PyTorch training provider: full weights or LoRA, on CPU or GPU.
+"""`TorchProvider`: the local PyTorch training provider, full weights or LoRA, on CPU or GPU.
 
 `TorchProvider(model_dir, lora_rank=None | r, ...)` loads a Hugging Face causal LM. With
 `lora_rank` it wraps the model in peft LoRA adapters on the attention and MLP projections and
 trains only those; otherwise it trains every weight. The optimizer is AdamW (Adam when
-`weight_decay=0`).
-
-Scoring: segments are right-padded into one batch with an attention mask; the logprob of token
-t is `log_softmax(logits[t-1] / T)[token t]` at the segment's sampling temperature T, computed
-in float32. Sequences longer than the micro-batch budget are processed in several forward
-passes whose gradients accumulate (the loss is normalised over the whole batch either way).
-
-Checkpoints (`save(dir)`):
-
-- full: `model.safetensors` + `config.json` (+ generation config) and the tokenizer files of the
-  base folder: a Hugging Face folder any backend can load;
-- LoRA: `adapter_config.json` + `adapter_model.safetensors` (peft `save_pretrained`);
-- both: `trainer_state.pt` (optimizer state, step, RNG states) and `trainer_state.json` (a
-  readable summary), so `load(dir)` resumes exactly where `save` left off.
+`weight_decay=0`). A step is `forward_backward` (score, loss, gradients accumulated; see
+`scoring`) once or more, then `optim_step`; `save` and `load` write and read checkpoints (see
+`checkpoints`).
 """
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import random
-import shutil
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
 
-import numpy as np
 import torch
-from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, PreTrainedModel
 
-from rollout.training.errors import CheckpointError, TrainingError
+from rollout.models.hf import pad_token_id
+from rollout.training.errors import TrainingError
 from rollout.training.loss import LossOutput, policy_gradient_loss, supervised_loss
 from rollout.training.providers.base import (
     CheckpointKind,
@@ -45,26 +28,18 @@ from rollout.training.providers.base import (
     SavedCheckpoint,
     TrainBatch,
 )
-from rollout.training.segments import UNSAMPLED_VERSION, Segment
+from rollout.training.providers.torch.checkpoints import (
+    load_full,
+    load_lora,
+    read_state,
+    rng_state,
+    set_rng_state,
+    write_checkpoint,
+)
+from rollout.training.providers.torch.scoring import micro_batches, score
+from rollout.training.segments import Segment
 
 DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-
-TOKENIZER_FILE_PATTERNS = (
-    "tokenizer*",
-    "special_tokens_map.json",
-    "added_tokens.json",
-    "chat_template*",
-    "vocab*",
-    "merges.txt",
-    "*.tiktoken",
-)
-"""Files copied from the base folder into a full checkpoint so it is a complete HF folder."""
-
-_ENTROPY_CHUNK = 1024
-"""Trained positions per chunk when measuring entropy (bounds the [N, vocab] temporaries)."""
-
-STATE_FILE = "trainer_state.pt"
-STATE_SUMMARY = "trainer_state.json"
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -75,81 +50,6 @@ def _resolve_dtype(dtype: torch.dtype | str) -> torch.dtype:
     if dtype not in _DTYPES:
         raise TrainingError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
     return _DTYPES[dtype]
-
-
-def _rng_state() -> dict[str, Any]:
-    state: dict[str, Any] = {
-        "torch": torch.get_rng_state(),
-        "python": random.getstate(),
-        "numpy": np.random.get_state(),
-    }
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def _set_rng_state(state: dict[str, Any]) -> None:
-    torch.set_rng_state(state["torch"])
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def pad_segments(
-    segments: Sequence[Segment], pad_token_id: int, device: torch.device | str = "cpu"
-) -> dict[str, torch.Tensor]:
-    """Right-pad segments into batch tensors.
-
-    Returns:
-        `input_ids` [B, T], `attention_mask` [B, T] (1 on real tokens), `loss_mask` [B, T] bool,
-        `sampler_logprobs` [B, T] float32, `advantages` [B] float32, `temperatures` [B] float32,
-        `versions` [B, T] int64 (-1 on untrained and padded tokens).
-    """
-    width = max(len(s) for s in segments)
-    b = len(segments)
-    ids = torch.full((b, width), pad_token_id, dtype=torch.long)
-    attention = torch.zeros((b, width), dtype=torch.long)
-    loss_mask = torch.zeros((b, width), dtype=torch.bool)
-    sampler = torch.zeros((b, width), dtype=torch.float32)
-    versions = torch.full((b, width), UNSAMPLED_VERSION, dtype=torch.long)
-    for i, s in enumerate(segments):
-        n = len(s)
-        ids[i, :n] = torch.tensor(s.tokens, dtype=torch.long)
-        attention[i, :n] = 1
-        loss_mask[i, :n] = torch.tensor(s.loss_mask, dtype=torch.bool)
-        sampler[i, :n] = torch.tensor(s.sampler_logprobs, dtype=torch.float32)
-        versions[i, :n] = torch.tensor(s.versions, dtype=torch.long)
-    out = {
-        "input_ids": ids,
-        "attention_mask": attention,
-        "loss_mask": loss_mask,
-        "sampler_logprobs": sampler,
-        "versions": versions,
-        "advantages": torch.tensor([s.advantage for s in segments], dtype=torch.float32),
-        "temperatures": torch.tensor([s.temperature for s in segments], dtype=torch.float32),
-    }
-    return {k: v.to(device) for k, v in out.items()}
-
-
-def token_logprobs(
-    logits: torch.Tensor, input_ids: torch.Tensor, temperatures: torch.Tensor
-) -> torch.Tensor:
-    """Logprob of each token given the ones before it, at per-row temperatures, in float32.
-
-    Args:
-        logits: [B, T, V] model outputs.
-        input_ids: [B, T] the tokens.
-        temperatures: [B] sampling temperatures.
-
-    Returns:
-        [B, T] logprobs; position 0 (no context) is 0.
-    """
-    scaled = logits[:, :-1].float() / temperatures.float()[:, None, None]
-    targets = input_ids[:, 1:]
-    picked = scaled.gather(-1, targets[..., None]).squeeze(-1)
-    lp = picked - torch.logsumexp(scaled, dim=-1)
-    return torch.nn.functional.pad(lp, (1, 0))
 
 
 class TorchProvider:
@@ -227,7 +127,7 @@ class TorchProvider:
             base.gradient_checkpointing_enable(
                 gradient_checkpointing_kwargs={"use_reentrant": False}
             )
-        self.pad_token_id = self._pad_token_id(base)
+        self.pad_token_id = pad_token_id(base.config)
         self._lora_config: dict[str, Any] = {}
         if lora_rank is None:
             self.model: torch.nn.Module = base
@@ -284,61 +184,21 @@ class TorchProvider:
 
     # -- scoring ------------------------------------------------------------------------------
 
-    @staticmethod
-    def _pad_token_id(model: PreTrainedModel) -> int:
-        for name in ("pad_token_id", "eos_token_id", "bos_token_id"):
-            value = getattr(model.config, name, None)
-            if isinstance(value, list):
-                value = value[0] if value else None
-            if isinstance(value, int):
-                return value
-        return 0
-
     def _micro_batches(self, segments: Sequence[Segment]) -> list[list[int]]:
-        """Segment indices grouped so each group's padded size fits the budget."""
-        order = sorted(range(len(segments)), key=lambda i: len(segments[i]))
-        if self.micro_batch_tokens is None:
-            return [order]
-        groups: list[list[int]] = []
-        current: list[int] = []
-        for i in order:
-            width = len(segments[i])  # sorted ascending: this is the new max width
-            if current and width * (len(current) + 1) > self.micro_batch_tokens:
-                groups.append(current)
-                current = []
-            current.append(i)
-        if current:
-            groups.append(current)
-        return groups
+        return micro_batches([len(s) for s in segments], self.micro_batch_tokens)
 
-    def _forward(
+    def _score(
         self, segments: Sequence[Segment], *, entropy_grad: bool = False
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        tensors = pad_segments(segments, self.pad_token_id, self.device)
-        out = self.model(
-            input_ids=tensors["input_ids"],
-            attention_mask=tensors["attention_mask"],
-            use_cache=False,
+        return score(
+            self.model,
+            segments,
+            pad_token_id=self.pad_token_id,
+            device=self.device,
+            temperature=self.temperature,
+            entropy=self.compute_entropy,
+            entropy_grad=entropy_grad,
         )
-        logits = out.logits
-        temperatures = tensors["temperatures"]
-        if self.temperature is not None:
-            temperatures = torch.full_like(temperatures, self.temperature)
-        logp = token_logprobs(logits, tensors["input_ids"], temperatures)
-        if self.compute_entropy or entropy_grad:
-            with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
-                # Positions t-1 predict trained tokens t; chunked so [N, V] never materialises.
-                mask = tensors["loss_mask"][:, 1:]
-                rows = mask.nonzero(as_tuple=True)
-                total = torch.zeros((), device=logits.device)
-                for start in range(0, rows[0].numel(), _ENTROPY_CHUNK):
-                    b = rows[0][start : start + _ENTROPY_CHUNK]
-                    t = rows[1][start : start + _ENTROPY_CHUNK]
-                    picked = logits[b, t].float() / temperatures[b][:, None]
-                    logp_all = torch.log_softmax(picked, dim=-1)
-                    total = total - (logp_all.exp() * logp_all).sum()
-                tensors["entropy_sum"] = total
-        return logp, tensors
 
     def logprobs(self, segments: TrainBatch | Sequence[Segment]) -> list[tuple[float, ...]]:
         """Trainer logprobs of each segment's tokens (no gradient), aligned to its tokens."""
@@ -351,7 +211,7 @@ class TorchProvider:
         try:
             with torch.no_grad():
                 for group in self._micro_batches(segs):
-                    logp, _ = self._forward([segs[i] for i in group])
+                    logp, _ = self._score([segs[i] for i in group])
                     rows = logp.cpu()
                     for row, i in enumerate(group):
                         out[i] = tuple(rows[row, : len(segs[i])].tolist())
@@ -376,7 +236,7 @@ class TorchProvider:
         entropy_sum = 0.0
         entropy_coef = batch.loss.entropy_coef if batch.loss.kind == "policy_gradient" else 0.0
         for group in self._micro_batches(segs):
-            logp, tensors = self._forward([segs[i] for i in group], entropy_grad=entropy_coef > 0)
+            logp, tensors = self._score([segs[i] for i in group], entropy_grad=entropy_coef > 0)
             mask = tensors["loss_mask"]
             result: LossOutput
             if batch.loss.kind == "supervised":
@@ -498,44 +358,28 @@ class TorchProvider:
         Raises:
             CheckpointError: `path` exists and is not empty.
         """
-        target = Path(path)
-        if target.exists() and any(target.iterdir()):
-            raise CheckpointError(f"checkpoint path {str(target)!r} exists and is not empty")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-        try:
-            # peft and transformers both provide save_pretrained with safetensors by default.
-            cast(Any, self.model).save_pretrained(str(staging))
-            if self.kind == "full":
-                for pattern in TOKENIZER_FILE_PATTERNS:
-                    for f in self.model_dir.glob(pattern):
-                        if f.is_file() and not (staging / f.name).exists():
-                            shutil.copy2(f, staging / f.name)
-            torch.save(
-                {
-                    "optimizer": self.optimizer.state_dict(),
-                    "step": self._step,
-                    "rng": _rng_state(),
-                    "kind": self.kind,
-                },
-                staging / STATE_FILE,
-            )
-            summary = {
-                "kind": self.kind,
-                "step": self._step,
-                "base_model": str(self.model_dir.resolve()),
-                "dtype": str(self.dtype).removeprefix("torch."),
-                "lora": self._lora_config,
-                "lr": self.lr,
-            }
-            (staging / STATE_SUMMARY).write_text(json.dumps(summary, indent=2))
-            files = sorted(f.name for f in staging.iterdir())
-            if target.exists():
-                target.rmdir()
-            os.replace(staging, target)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
+        summary = {
+            "kind": self.kind,
+            "step": self._step,
+            "base_model": str(self.model_dir.resolve()),
+            "dtype": str(self.dtype).removeprefix("torch."),
+            "lora": self._lora_config,
+            "lr": self.lr,
+        }
+        state = {
+            "optimizer": self.optimizer.state_dict(),
+            "step": self._step,
+            "rng": rng_state(),
+            "kind": self.kind,
+        }
+        target, files = write_checkpoint(
+            path,
+            model=self.model,
+            kind=self.kind,
+            base_dir=self.model_dir,
+            state=state,
+            summary=summary,
+        )
         return SavedCheckpoint(
             path=str(target),
             kind=self.kind,
@@ -551,53 +395,13 @@ class TorchProvider:
             CheckpointError: Files are missing or the checkpoint is of another kind.
         """
         source = Path(path)
-        state_path = source / STATE_FILE
-        if not state_path.is_file():
-            raise CheckpointError(f"checkpoint {str(source)!r} has no {STATE_FILE}")
-        state = torch.load(state_path, map_location="cpu", weights_only=False)
-        if state.get("kind") != self.kind:
-            raise CheckpointError(
-                f"checkpoint {str(source)!r} is kind {state.get('kind')!r}, provider is "
-                f"{self.kind!r}"
-            )
+        state = read_state(source, self.kind)
         if self.kind == "full":
-            self._load_full(source)
+            load_full(self.model, source)
         else:
-            self._load_lora(source)
+            load_lora(self.model, source)
         self.optimizer.load_state_dict(state["optimizer"])
         self.optimizer.zero_grad(set_to_none=True)
         self._pending_backward = 0
         self._step = int(state["step"])
-        _set_rng_state(state["rng"])
-
-    def _load_full(self, source: Path) -> None:
-        files = sorted(source.glob("model*.safetensors"))
-        if not files:
-            raise CheckpointError(f"checkpoint {str(source)!r} has no model*.safetensors")
-        weights: dict[str, torch.Tensor] = {}
-        for f in files:
-            weights.update(load_file(str(f)))
-        result = self.model.load_state_dict(weights, strict=False)
-        if result.unexpected_keys:
-            raise CheckpointError(
-                f"checkpoint {str(source)!r} has unknown weights {result.unexpected_keys[:5]!r}"
-            )
-        # Tied weights (lm_head = embeddings) are saved once; anything else missing is an error.
-        state = self.model.state_dict()
-        loaded = {state[k].data_ptr() for k in weights if k in state}
-        missing = [k for k in result.missing_keys if state[k].data_ptr() not in loaded]
-        if missing:
-            raise CheckpointError(f"checkpoint {str(source)!r} lacks weights {missing[:5]!r}")
-
-    def _load_lora(self, source: Path) -> None:
-        from peft import set_peft_model_state_dict
-
-        adapter = source / "adapter_model.safetensors"
-        if not adapter.is_file():
-            raise CheckpointError(f"checkpoint {str(source)!r} has no adapter_model.safetensors")
-        result = set_peft_model_state_dict(self.model, load_file(str(adapter)))
-        unexpected = getattr(result, "unexpected_keys", [])
-        if unexpected:
-            raise CheckpointError(
-                f"checkpoint {str(source)!r} has unknown adapter weights {unexpected[:5]!r}"
-            )
+        set_rng_state(state["rng"])
