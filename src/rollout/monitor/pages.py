@@ -37,11 +37,13 @@ def _when(value: float | None) -> str:
 def _ago(value: float | None) -> str:
     if value is None:
         return "never"
-    seconds = max(time.time() - value, 0.0)
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds / size:.0f}{unit} ago"
-    return f"{seconds:.0f}s ago"
+    seconds = time.time() - value
+    later, seconds = seconds < -0.5, abs(seconds)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if seconds >= size or unit == "s":
+            amount = f"{seconds / size:.0f}{unit}"
+            return f"in {amount}" if later else f"{amount} ago"
+    raise AssertionError  # pragma: no cover
 
 
 def _num(value: Any, digits: int = 3) -> str:

@@ -45,16 +45,19 @@ _ROLE_ID = re.compile(r"^(?P<role>[a-z]+)-(?P<host>.+)-(?P<pid>\d+)$")
 
 
 def host_of(identity: str) -> str:
-    """The host in a process identity: a URL's host, or HOST in `role-HOST-PID` ids.
+    """The host in a process identity: a URL's host, or HOST in `role-HOST-PID` ids (a
+    number there is a local supervisor's index, not a host).
 
     Example:
-        >>> host_of("runner-gpu-node-3-4242"), host_of("http://10.0.0.5:8001"), host_of("x")
-        ('gpu-node-3', '10.0.0.5', '')
+        >>> host_of("runner-gpu-node-3-4242"), host_of("http://10.0.0.5:8001")
+        ('gpu-node-3', '10.0.0.5')
+        >>> host_of("runner-0-4242"), host_of("x")
+        ('', '')
     """
     if "://" in identity:
         return urlsplit(identity).hostname or ""
     match = _ROLE_ID.match(identity)
-    return match["host"] if match else ""
+    return match["host"] if match and not match["host"].isdigit() else ""
 
 
 def _float(value: Any) -> float | None:

@@ -24,14 +24,30 @@ async function getJSON(url) {
   return response.json();
 }
 
-function makePlot(el, spec, width) {
+// A y range at least 0.1% of the values wide: uPlot draws ticks by adding the increment to the
+// minimum, which never ends when the range is below float precision (ratios of exactly 1 and
+// 1 + 2e-16 on an on-policy step).
+function yRange(u, min, max) {
+  if (min == null || max == null) return [0, 1];
+  const floor = Math.max(Math.abs(min), Math.abs(max)) * 1e-3 || 1e-3;
+  const span = max - min;
+  if (span < floor) return [(min + max) / 2 - floor, (min + max) / 2 + floor];
+  return [min - span * 0.05, max + span * 0.05];
+}
+
+function xRange(u, min, max) {
+  if (min == null || max == null) return [0, 1];
+  return max - min < 1 ? [min - 1, max + 1] : [min, max];
+}
+
+function makePlot(el, spec) {
   const div = document.createElement("div");
   div.className = "plot";
   div.dataset.plot = spec.title;
   el.appendChild(div);
   const opts = {
-    title: spec.title, width: width, height: 200,
-    scales: { x: { time: false } },
+    title: spec.title, width: Math.max(div.clientWidth - 14, 300), height: 200,
+    scales: { x: { time: false, range: xRange }, y: { range: yRange } },
     series: [{ label: "step" }].concat(spec.keys.map((k, i) => ({
       label: k, stroke: COLORS[i % COLORS.length], width: 1.5, spanGaps: true,
       points: { show: false },
@@ -42,8 +58,7 @@ function makePlot(el, spec, width) {
 
 async function runPlots(el) {
   const url = el.dataset.steps;
-  const width = Math.max(Math.min(el.clientWidth / 2 - 20, 640), 380);
-  const charts = PLOTS.map((spec) => ({ spec, chart: makePlot(el, spec, width) }));
+  const charts = PLOTS.map((spec) => ({ spec, chart: makePlot(el, spec) }));
   const data = charts.map(({ spec }) => [[]].concat(spec.keys.map(() => [])));
   let after = -1;
   async function pull() {
@@ -51,6 +66,7 @@ async function runPlots(el) {
     for (;;) {
       const page = await getJSON(url + "?after=" + after + "&limit=5000");
       for (const step of page.items) {
+        if (step.step <= after) continue;  // x must grow strictly, or uPlot loops forever
         if (step.step === 0) { after = 0; continue; }  // the warm-up checkpoint: no RL metrics
         charts.forEach(({ spec }, c) => {
           data[c][0].push(step.step);
@@ -65,7 +81,12 @@ async function runPlots(el) {
     el.dataset.steps_loaded = String(data[0][0].length);
   }
   await pull();
-  setInterval(() => { if (!document.hidden) pull().catch(console.error); }, 3000);
+  let busy = false;  // one pull at a time: a slow answer must not be appended twice
+  setInterval(() => {
+    if (busy || document.hidden) return;
+    busy = true;
+    pull().catch(console.error).finally(() => { busy = false; });
+  }, 3000);
 }
 
 async function evalPlot(el) {
@@ -81,7 +102,9 @@ async function evalPlot(el) {
   div.className = "plot";
   el.appendChild(div);
   new uPlot({
-    title: "eval score per checkpoint (version -1: base model)", width: 640, height: 240, scales: { x: { time: false } },
+    title: "eval score per checkpoint (version -1: base model)",
+    width: Math.max(div.clientWidth - 14, 300), height: 240,
+    scales: { x: { time: false, range: xRange }, y: { range: yRange } },
     series: [{ label: "version" }].concat(suites.map((s, i) => ({
       label: s, stroke: COLORS[i % COLORS.length], spanGaps: true,
     }))),

@@ -1,0 +1,92 @@
+"""The monitor's controls (its only writes), its token, its loopback rule and its read-only pool."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import httpx
+import psycopg
+import pytest
+
+from rollout.ledger import Ledger
+from rollout.monitor.app import check_binding
+from rollout.monitor.errors import MonitorError
+from rollout.monitor.store import MonitorStore
+from tests.cli_helpers import rollout
+
+Serve = Callable[..., Awaitable[str]]
+
+
+async def test_pause_resume_and_max_lag(ledger: Ledger, serve_monitor: Serve) -> None:
+    run = await ledger.create_run("steer", "parity.environment:environment", {})
+    async with httpx.AsyncClient(base_url=await serve_monitor(ledger.url)) as api:
+        paused = (await api.post("/api/runs/steer/pause", json={})).json()
+        assert paused["state"] == "paused"
+        assert (await ledger.settings(run.run_id))["paused"] is True
+        assert (await api.post(f"/api/runs/{run.run_id}/resume", json={})).json()["state"] == (
+            "active"
+        )
+        assert (await ledger.settings(run.run_id))["paused"] is False
+        lag = await api.post("/api/runs/steer/max_lag", json={"max_lag": 3})
+        assert lag.json()["max_lag"] == 3 and (await ledger.settings(run.run_id))["max_lag"] == 3
+        for bad in (-1, "two", 1.5, None):
+            refused = await api.post("/api/runs/steer/max_lag", json={"max_lag": bad})
+            assert refused.status_code == 400, bad
+            assert "max_lag" in refused.json()["error"] and repr(bad) in refused.json()["error"]
+        assert (await ledger.settings(run.run_id))["max_lag"] == 3
+        # The page's form (htmx posts url-encoded fields) answers with the new status block.
+        form = await api.post(
+            "/_/runs/steer/max_lag", content="max_lag=5", headers={"HX-Request": "true"}
+        )
+        assert form.status_code == 200 and 'id="max-lag">5<' in form.text
+        # A plain cross-site form post cannot steer a run.
+        forged = await api.post(
+            "/api/runs/steer/pause",
+            content="x=1",
+            headers={"content-type": "application/x-www-form-urlencoded"},
+        )
+        assert forged.status_code == 403
+        assert (await ledger.settings(run.run_id))["paused"] is False
+        assert (await api.post("/api/runs/none/pause", json={})).status_code == 404
+
+
+async def test_token_is_required_everywhere(ledger: Ledger, serve_monitor: Serve) -> None:
+    await ledger.create_run("secret", "parity.environment:environment", {})
+    base = await serve_monitor(ledger.url, token="s3cret")
+    async with httpx.AsyncClient(base_url=base) as anonymous:
+        for path in ("/", "/api/runs", "/runs/secret", "/static/uplot.min.js", "/machines"):
+            assert (await anonymous.get(path)).status_code == 401, path
+        assert (await anonymous.post("/api/runs/secret/pause", json={})).status_code == 401
+        wrong = await anonymous.get("/api/runs", headers={"Authorization": "Bearer nope"})
+        assert wrong.status_code == 401
+        assert (await anonymous.get("/?token=nope")).status_code == 401
+        header = await anonymous.get("/api/runs", headers={"Authorization": "Bearer s3cret"})
+        assert header.status_code == 200 and header.json()["items"][0]["name"] == "secret"
+        other = await anonymous.get("/api/runs", headers={"X-Rollout-Token": "s3cret"})
+        assert other.status_code == 200
+    async with httpx.AsyncClient(base_url=base, follow_redirects=True) as browser:
+        # A ?token= link sets the cookie and reloads the page without the token in it.
+        page = await browser.get("/runs/secret?token=s3cret")
+        assert page.status_code == 200 and "secret" in page.text
+        assert str(page.url).endswith("/runs/secret")
+        assert (await browser.get("/api/runs")).status_code == 200
+
+
+def test_binding_beyond_loopback_needs_a_token(capsys: pytest.CaptureFixture[str]) -> None:
+    check_binding("127.0.0.1", None)
+    check_binding("::1", None)
+    check_binding("0.0.0.0", "t")
+    with pytest.raises(MonitorError, match="--token"):
+        check_binding("0.0.0.0", None)
+    code, _, err = rollout(capsys, "monitor", "--host", "0.0.0.0")
+    assert code == 2 and "--token" in err and len(err.strip().splitlines()) == 1
+
+
+async def test_reads_go_through_a_read_only_connection(database_url: str) -> None:
+    store = await MonitorStore.open(database_url)
+    try:
+        with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
+            await store.fetch("DELETE FROM runs")
+        assert (await store.runs())["items"] == []
+    finally:
+        await store.close()
