@@ -13,6 +13,7 @@ from rolloutlib.graders import Score
 
 from rollout.contracts import Message, ToolSpec
 from rollout.harness.errors import InvalidEnvironment
+from rollout.harness.seeds import agent_seed, parameters_seed
 
 Parameters = Mapping[str, Any]
 
@@ -91,7 +92,7 @@ class RunContext:
     @property
     def random(self) -> random.Random:
         """A random generator seeded by the episode's seed and this agent."""
-        return random.Random(self.seed * 1_000_003 + self.agent)
+        return random.Random(agent_seed(self.seed, self.agent))
 
 
 class Task(ABC):
@@ -189,7 +190,7 @@ class Environment:
                 exception raised by a parameter function itself propagates unchanged.)
         """
         if callable(self.parameters):
-            drawn = self.parameters(random.Random(seed * 7919 + group_index))
+            drawn = self.parameters(random.Random(parameters_seed(seed, group_index)))
             where = "parameters(rng)"
         else:
             index = group_index % len(self.parameters)
