@@ -31,6 +31,7 @@ from rollout.blobs import BlobStore
 from rollout.contracts import Message
 from rollout.harness.core import Environment
 from rollout.harness.loading import load_environment
+from rollout.harness.seeds import episode_seed
 from rollout.ledger import CheckpointRecord, EpisodeSpec, GroupRecord, Lease, Ledger, ServingRecord
 from rollout.training.advantages import AdvantageConfig
 from rollout.training.batch import segments_of_groups
@@ -289,7 +290,7 @@ class Trainer:
                         group_index=group_index,
                         member=member,
                         parameters=parameters,
-                        seed=config.seed * 1_000_003 + group_index * 1_009 + member,
+                        seed=episode_seed(config.seed, group_index, member),
                         agents=environment.agents,
                     )
                 )
