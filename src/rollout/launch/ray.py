@@ -198,11 +198,15 @@ def connect(address: str | None) -> None:
     address = address or os.environ.get("RAY_ADDRESS") or None
     if ray.is_initialized():
         return
-    try:
-        if address:
+    if address:
+        try:
             ray.init(address=address, namespace=NAMESPACE, log_to_driver=True)
-        else:
-            os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+        except (ConnectionError, RuntimeError, ValueError) as error:
+            raise RayLaunchError(f"cannot connect to Ray at {address}: {error}") from None
+        return
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    for attempt in range(1, 4):
+        try:
             # Logical CPUs: the GPU roles hold one each; the CPU roles ask for none.
             ray.init(
                 num_cpus=max(4, os.cpu_count() or 1),
@@ -210,9 +214,13 @@ def connect(address: str | None) -> None:
                 include_dashboard=False,
                 log_to_driver=True,
             )
-    except (ConnectionError, RuntimeError, ValueError) as error:
-        where = address or "a local cluster"
-        raise RayLaunchError(f"cannot connect to Ray at {where}: {error}") from None
+            return
+        except Exception as error:  # Ray raises a bare Exception when its node starts slowly
+            # A busy machine can miss Ray's fixed 30 s start-up wait: start it again.
+            log.warning("local Ray did not start (attempt %d of 3): %s", attempt, error)
+            ray.shutdown()
+            if attempt == 3:
+                raise RayLaunchError(f"cannot start a local Ray cluster: {error}") from None
 
 
 @dataclass
