@@ -30,10 +30,12 @@ STATE_SUMMARY = "trainer_state.json"
 """The trainer's readable summary of a checkpoint (kind, step, base model folder)."""
 
 TINKER_CHECKPOINT = "tinker_checkpoint.json"
-"""A Tinker checkpoint's paths: `state_path` (weights + optimizer) and `sampler_path`."""
+"""A Tinker checkpoint's paths: `state_path` (weights + optimizer) and `sampler_path` (written
+by `rollout.training.providers.tinker` under the same name)."""
 
 TINKER_SAMPLER = "sampler.json"
-"""The `tinker` conversion: `{"sampler_path": ..., "base_model": ...}`."""
+"""The `tinker` conversion: `{"sampler_path": ..., "base_model": ...}` (read by
+`rollout.inference.tinker`)."""
 
 MODEL_FILES = (
     "config.json",

@@ -72,7 +72,10 @@ class ServingFollower:
         blobs: BlobStore,
         cache_dir: Path,
         poll: float = 2.0,
+        backend_name: str = BACKEND_NAME,
     ) -> None:
+        self.backend_name = backend_name
+        """Which conversion of the serving record to load (`local`, `vllm`, `tinker`)."""
         self.ledger = ledger
         self.backend = backend
         self.run_id = run_id
@@ -87,9 +90,9 @@ class ServingFollower:
         record = await self.ledger.serving(self.run_id)
         if record is None or record.version == self.serving_version:
             return False
-        uri = record.uris.get(BACKEND_NAME)
+        uri = record.uris.get(self.backend_name)
         if uri is None:
-            log.warning("serving record v%s has no %r files", record.version, BACKEND_NAME)
+            log.warning("serving record v%s has no %r files", record.version, self.backend_name)
             return False
         local = self.cache_dir / f"v{record.version}"
         if not local.exists():

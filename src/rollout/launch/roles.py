@@ -11,6 +11,7 @@ import logging
 import os
 import socket
 from pathlib import Path
+from typing import Any
 
 from rollout.blobs import BlobStore
 from rollout.ledger import Ledger
@@ -41,19 +42,15 @@ async def advertise(ledger: Ledger, run_id: str, key: str, url: str) -> None:
 
 
 async def inference(stop: asyncio.Event, *, run: str, host: str, port: int) -> None:
-    from rollout.inference.local import LocalBackend
-    from rollout.inference.server import ServingFollower, create_inference_app
+    from rollout.inference.server import ServingFollower
     from rollout.net.server import AppServer
 
     ledger = await _connect()
     try:
         record = await ledger.get_run(run)
         spec = RunSpec.of(record)
-        model_dir = Path(spec.model)
-        backend = LocalBackend(model_dir, device=spec.device)
-        server = AppServer(
-            create_inference_app(backend, model=str(model_dir)), host=host, port=port
-        )
+        backend, app, vllm_server = await _serving_backend(spec, _cache(record.run_id, "vllm"))
+        server = AppServer(app, host=host, port=port)
         await server.start()
         await advertise(ledger, record.run_id, "inference_url", server.url)
         log.info("inference for %s at %s", record.run_id, server.url)
@@ -64,14 +61,42 @@ async def inference(stop: asyncio.Event, *, run: str, host: str, port: int) -> N
             server_id=server.url,
             blobs=BlobStore.from_url(),
             cache_dir=_cache(record.run_id, "inference"),
+            backend_name=spec.backend,
         )
         try:
             await follower.run(stop)
         finally:
             await server.stop()
             await backend.close()
+            if vllm_server is not None:
+                vllm_server.stop()
     finally:
         await ledger.close()
+
+
+async def _serving_backend(spec: RunSpec, work: Path) -> tuple[Any, Any, Any]:
+    """(backend, inference app, started vLLM server or None) for the run's `backend`."""
+    from rollout.inference.server import create_inference_app
+
+    model = spec.model
+    if spec.backend == "vllm" and spec.training is not None:
+        from rollout.inference.vllm_serving import attach_engine_routes, start_vllm
+        from rollout.training.config import vllm_server_options
+
+        options = vllm_server_options(spec.training, model, work / "vllm.log")
+        backend, vllm_server = await start_vllm(options, url=spec.training.vllm.url, work_dir=work)
+        app = create_inference_app(backend, model=model)
+        attach_engine_routes(app, backend)
+        return backend, app, vllm_server
+    if spec.backend == "tinker" and spec.training is not None:
+        from rollout.training.providers.tinker import tinker_sampling_backend
+
+        backend = await asyncio.to_thread(tinker_sampling_backend, spec.training)
+        return backend, create_inference_app(backend, model=model), None
+    from rollout.inference.local import LocalBackend
+
+    backend = LocalBackend(Path(model), device=spec.device)
+    return backend, create_inference_app(backend, model=model), None
 
 
 async def gateway(stop: asyncio.Event, *, run: str, host: str, port: int) -> None:

@@ -253,6 +253,28 @@ def require_available(config: RunConfig) -> None:
             raise TrainingError("provider 'tinker' needs the tinker SDK: uv sync --extra tinker")
 
 
+def vllm_server_options(config: RunConfig, model: str, log_path: Path | None = None) -> Any:
+    """The `VllmServerOptions` that serve `model` for a run with this preset."""
+    from rollout.inference.vllm_server import VllmServerOptions
+
+    options = config.vllm
+    return VllmServerOptions(
+        model=model,
+        device=config.vllm_device,
+        dtype=options.dtype,
+        max_model_len=options.max_model_len,
+        lora_rank=config.lora_rank,
+        gpu_memory_utilization=options.gpu_memory_utilization,
+        kv_cache_bytes=options.kv_cache_mb * 2**20,
+        sleep_mode=options.sleep_while_training,
+        tensor_parallel_size=options.tensor_parallel_size,
+        quantization=options.quantization,
+        extra_args=tuple(options.extra_args),
+        startup_timeout=options.startup_timeout,
+        log_path=log_path,
+    )
+
+
 def _cuda_devices() -> int:
     try:
         import torch

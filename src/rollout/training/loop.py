@@ -26,16 +26,18 @@ import socket
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from rollout.blobs import BlobStore
 from rollout.contracts import Message
 from rollout.harness.core import Environment
 from rollout.harness.loading import load_environment
 from rollout.harness.seeds import episode_seed
+from rollout.inference.vllm_serving import engines_asleep
 from rollout.ledger import CheckpointRecord, EpisodeSpec, GroupRecord, Lease, Ledger, ServingRecord
 from rollout.training.advantages import AdvantageConfig
 from rollout.training.batch import segments_of_groups
-from rollout.training.config import RunConfig, RunSpec, require_available
+from rollout.training.config import EvalSchedule, RunConfig, RunSpec, require_available
 from rollout.training.loss import LossConfig
 from rollout.training.providers.base import TrainBatch, TrainingProvider
 from rollout.training.providers.torch import TorchProvider
@@ -50,14 +52,20 @@ def checkpoint_uri(run_id: str, version: int) -> str:
     return f"runs/{run_id}/checkpoints/v{version:06d}"
 
 
-def make_provider(config: RunConfig, model_dir: Path) -> TorchProvider:
+def make_provider(config: RunConfig, model_dir: Path) -> Any:
+    """The run's training provider: `torch` (this machine) or `tinker` (hosted)."""
     require_available(config)
+    if config.provider == "tinker":
+        from rollout.training.providers.tinker import TinkerProvider
+
+        return TinkerProvider.from_config(config)
     return TorchProvider(
         model_dir,
         lora_rank=config.lora_rank,
         lr=config.learning_rate,
         grad_clip=config.grad_clip,
         device=config.device,
+        dtype=config.dtype,
         seed=config.seed,
     )
 
@@ -81,6 +89,8 @@ class Trainer:
         self.backend = "local"
         """The run's inference backend (read from the run when `run` starts)."""
         self._lease_renewed = 0.0
+        self.evals: list[EvalSchedule] = []
+        """The run's eval schedule (read from the run when `run` starts)."""
 
     async def _renew(self) -> Lease:
         now = time.monotonic()
@@ -96,6 +106,7 @@ class Trainer:
         spec = RunSpec.of(run)
         self.backend = spec.backend
         config = spec.require_training(run.name)
+        self.evals = config.evals
         environment = load_environment(run.environment)
         model_dir = Path(spec.model)
         lease = await self._wait_for_lease(stop)
@@ -130,7 +141,9 @@ class Trainer:
                 await self.ledger.wait(["groups", "conversions"], 1.0, run_id=self.run_id)
                 continue
             began = time.monotonic()
-            metrics = await asyncio.to_thread(self._step, provider, groups, config, version)
+            sleep = config.backend == "vllm" and config.vllm.sleep_while_training
+            async with engines_asleep(self.ledger, self.run_id, sleep):  # colocated GPU
+                metrics = await asyncio.to_thread(self._step, provider, groups, config, version)
             metrics["step_seconds"] = time.monotonic() - began
             lease = await self._renew()
             await self._save(provider, lease, version + 1, version, groups, metrics)
@@ -151,7 +164,7 @@ class Trainer:
 
     def _warmup(
         self,
-        provider: TorchProvider,
+        provider: Any,
         environment: Environment,
         config: RunConfig,
         model_dir: Path,
@@ -265,6 +278,9 @@ class Trainer:
             checkpoint,
         )
         log.info("step %s: %s", version, metrics)
+        for schedule in self.evals:  # scheduled evals: the evaluator role plays them
+            if schedule.due(version):
+                await self.ledger.request_eval(self.run_id, schedule.suite, version)
 
     async def _queue_groups(
         self, environment: Environment, config: RunConfig, group_size: int, version: int

@@ -1,0 +1,257 @@
+"""The `tinker` provider: train a LoRA adapter on Tinker (hosted) through the `tinker` SDK.
+
+`TinkerProvider(service, base_model=..., rank=..., lr=...)` holds one `TrainingClient` from
+`service.create_lora_training_client`. Nothing trains on this machine:
+
+- `forward_backward(batch)`: each segment becomes a `tinker.types.Datum` (inputs
+  `tokens[:-1]`; `target_tokens = tokens[1:]`; for policy gradient the sampler's `logprobs` and
+  per-token `advantages`, zero where the token was not sampled; for supervised warm-up
+  `cross_entropy` with per-token `weights`). Policy gradient uses Tinker's `importance_sampling`
+  loss, `-sum(exp(logp - logp_sampler) * A)`; values are divided by the step's loss tokens, so
+  the gradient is a per-token mean as with the torch provider. TIS (`cap`) and IcePop (band)
+  need the ratio before the loss: a `forward` pass first gives the trainer's logprobs, and each
+  token's advantage is scaled by `w / ratio` (w = min(ratio, cap), or ratio inside the band and
+  0 outside), so the gradient is `w * A * grad logp`, exactly the torch provider's. Mode `none`
+  needs one call.
+- `optim_step()`: `optim_step(AdamParams(learning_rate=lr))`.
+- `save(dir)`: `save_state` (weights + optimizer) and `save_weights_for_sampler` (what the
+  sampler loads); the folder holds only those Tinker paths (`tinker_checkpoint.json`) and the
+  readable `trainer_state.json`. The bridge turns it into the `tinker` conversion.
+- `load(dir)`: `create_training_client_from_state_with_optimizer(state_path)`.
+
+Tinker scores at temperature 1 and computes no entropy over the vocabulary here; segments
+sampled at another temperature are refused.
+
+`TinkerSamplingBackend` (in `rollout.inference.tinker`) samples from the newest sampler path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rollout.training.config import RunConfig
+from rollout.training.errors import CheckpointError, TrainingError
+from rollout.training.importance import importance_weights
+from rollout.training.providers.base import (
+    CheckpointKind,
+    ForwardBackwardResult,
+    SavedCheckpoint,
+    TrainBatch,
+)
+from rollout.training.segments import Segment
+
+TINKER_CHECKPOINT = "tinker_checkpoint.json"
+"""The checkpoint's Tinker paths (read by `rollout.bridges.convert` under the same name)."""
+STATE_SUMMARY = "trainer_state.json"
+"""The readable summary every provider writes next to its checkpoint."""
+
+
+def service_client(base_url: str | None = None) -> Any:
+    """A real `tinker.ServiceClient` (the API key comes from TINKER_API_KEY)."""
+    import tinker
+
+    return tinker.ServiceClient(base_url=base_url) if base_url else tinker.ServiceClient()
+
+
+def _result(value: Any) -> Any:
+    """The value of an SDK future (or the value itself)."""
+    return value.result() if hasattr(value, "result") else value
+
+
+def segment_datum(segment: Segment, kind: str, scale: float, ratios: Sequence[float] = ()) -> Any:
+    """The `tinker.types.Datum` of one segment (see the module docstring)."""
+    from tinker import types
+
+    if segment.temperature != 1.0:
+        raise TrainingError(
+            f"Tinker scores at temperature 1; segment of episode {segment.episode_id!r} was "
+            f"sampled at {segment.temperature}"
+        )
+    tokens = list(segment.tokens)
+    mask = [1.0 if m else 0.0 for m in segment.loss_mask[1:]]
+    inputs: dict[str, Any] = {"target_tokens": tokens[1:]}
+    if kind == "cross_entropy":
+        inputs["weights"] = [m * scale for m in mask]
+    else:
+        weights = list(ratios) or [1.0] * len(mask)
+        inputs["logprobs"] = [float(x) for x in segment.sampler_logprobs[1:]]
+        inputs["advantages"] = [
+            segment.advantage * m * w * scale for m, w in zip(mask, weights, strict=True)
+        ]
+    return types.Datum(model_input=types.ModelInput.from_ints(tokens[:-1]), loss_fn_inputs=inputs)
+
+
+class TinkerProvider:
+    """A LoRA adapter trained on Tinker (see the module docstring).
+
+    Args:
+        service: A `tinker.ServiceClient` (or an object with the same methods).
+        base_model: Tinker's name of the base model.
+        rank: LoRA rank.
+        lr: Adam learning rate.
+        seed: Initialisation seed of the adapter.
+    """
+
+    kind: CheckpointKind = "lora"
+
+    def __init__(
+        self, service: Any, *, base_model: str, rank: int, lr: float, seed: int = 0
+    ) -> None:
+        if rank <= 0:
+            raise TrainingError(f"rank must be positive, got {rank!r}")
+        if lr <= 0:
+            raise TrainingError(f"lr must be > 0, got {lr!r}")
+        self.service = service
+        self.base_model = base_model
+        self.rank = rank
+        self.lr = lr
+        self.client = _result(
+            service.create_lora_training_client(base_model=base_model, rank=rank, seed=seed)
+        )
+        self._step = 0
+        self._pending = 0
+
+    @classmethod
+    def from_config(cls, config: RunConfig) -> TinkerProvider:
+        if config.tinker is None or config.lora_rank is None:
+            raise TrainingError("provider 'tinker' needs tinker.base_model and lora_rank")
+        return cls(
+            service_client(config.tinker.base_url),
+            base_model=config.tinker.base_model,
+            rank=config.lora_rank,
+            lr=config.learning_rate,
+            seed=config.seed,
+        )
+
+    @property
+    def step(self) -> int:
+        return self._step
+
+    def logprobs(self, segments: TrainBatch | Sequence[Segment]) -> list[tuple[float, ...]]:
+        """Trainer logprobs of each segment's tokens (0.0 at position 0), by a `forward` pass."""
+        items = segments.segments if isinstance(segments, TrainBatch) else tuple(segments)
+        data = [segment_datum(s, "cross_entropy", 1.0) for s in items]
+        output = _result(self.client.forward(data, "cross_entropy"))
+        return [
+            (0.0, *(float(x) for x in out["logprobs"].tolist())) for out in output.loss_fn_outputs
+        ]
+
+    def forward_backward(self, batch: TrainBatch) -> ForwardBackwardResult:
+        segments = batch.segments
+        denominator = batch.num_loss_tokens or batch.loss_tokens or 1
+        scale = 1.0 / denominator
+        if batch.loss.kind == "supervised":
+            data = [segment_datum(s, "cross_entropy", scale) for s in segments]
+            output = _result(self.client.forward_backward(data, "cross_entropy"))
+        else:
+            ratios: list[list[float]] = [[] for _ in segments]
+            if batch.loss.importance.mode != "none":
+                trainer = self.logprobs(segments)
+                ratios = [_scaled(s, lp, batch) for s, lp in zip(segments, trainer, strict=True)]
+            data = [
+                segment_datum(s, "importance_sampling", scale, r)
+                for s, r in zip(segments, ratios, strict=True)
+            ]
+            output = _result(self.client.forward_backward(data, "importance_sampling"))
+        self._pending += 1
+        logprobs = tuple(
+            (0.0, *(float(x) for x in out["logprobs"].tolist())) for out in output.loss_fn_outputs
+        )
+        metrics = {k: float(v) for k, v in dict(output.metrics).items()}
+        loss = metrics.get("loss:sum", metrics.get("loss", float("nan")))
+        return ForwardBackwardResult(
+            metrics={**metrics, "loss": loss, "loss_tokens": float(batch.loss_tokens)},
+            logprobs=logprobs,
+        )
+
+    def optim_step(self) -> dict[str, float]:
+        from tinker import types
+
+        skipped = self._pending == 0
+        if not skipped:
+            _result(self.client.optim_step(types.AdamParams(learning_rate=self.lr)))
+        self._pending = 0
+        self._step += 1
+        return {"lr": self.lr, "step": float(self._step), "optim/skipped": float(skipped)}
+
+    def reset_optimizer(self) -> None:
+        """Keep the weights, forget Adam's moments: reload the weights without the optimizer."""
+        saved = _result(self.client.save_state(f"reset-{self._step}"))
+        self.client = _result(self.service.create_training_client_from_state(saved.path))
+
+    def save(self, path: str | Path) -> SavedCheckpoint:
+        target = Path(path)
+        if target.exists() and any(target.iterdir()):
+            raise CheckpointError(f"checkpoint path {str(target)!r} exists and is not empty")
+        state = _result(self.client.save_state(f"step-{self._step:06d}"))
+        sampler = _result(self.client.save_weights_for_sampler(f"sampler-{self._step:06d}"))
+        paths = {
+            "state_path": state.path,
+            "sampler_path": sampler.path,
+            "base_model": self.base_model,
+            "step": self._step,
+        }
+        summary = {
+            "kind": "lora",
+            "step": self._step,
+            "base_model": self.base_model,
+            "lora": {"rank": self.rank},
+            "lr": self.lr,
+            "provider": "tinker",
+        }
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+        try:
+            (staging / TINKER_CHECKPOINT).write_text(json.dumps(paths, indent=2))
+            (staging / STATE_SUMMARY).write_text(json.dumps(summary, indent=2))
+            if target.exists():
+                target.rmdir()
+            os.replace(staging, target)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        return SavedCheckpoint(
+            path=str(target),
+            kind="lora",
+            step=self._step,
+            base_model=self.base_model,
+            metadata={**summary, **paths},
+        )
+
+    def load(self, path: str | Path) -> None:
+        source = Path(path) / TINKER_CHECKPOINT
+        if not source.is_file():
+            raise CheckpointError(f"checkpoint {str(path)!r} has no {TINKER_CHECKPOINT}")
+        paths = json.loads(source.read_text())
+        self.client = _result(
+            self.service.create_training_client_from_state_with_optimizer(paths["state_path"])
+        )
+        self._step = int(paths["step"])
+        self._pending = 0
+
+
+def _scaled(segment: Segment, trainer: Sequence[float], batch: TrainBatch) -> list[float]:
+    """Per-token `w / ratio` (see the module docstring), aligned to `tokens[1:]`."""
+    import torch
+
+    logp = torch.tensor(trainer[1:], dtype=torch.float64)
+    sampler = torch.tensor(segment.sampler_logprobs[1:], dtype=torch.float64)
+    mask = torch.tensor(segment.loss_mask[1:], dtype=torch.bool)
+    result = importance_weights(logp, sampler, mask, batch.loss.importance)
+    ratio = (logp - sampler).clamp(-20, 20).exp()
+    return (result.weights.double() / ratio).masked_fill(~result.mask, 0.0).tolist()
+
+
+def tinker_sampling_backend(config: RunConfig) -> Any:
+    """The run's `tinker` inference backend (a real ServiceClient)."""
+    from rollout.inference.tinker import TinkerSamplingBackend
+
+    if config.tinker is None:
+        raise TrainingError("backend 'tinker' needs a tinker: block")
+    return TinkerSamplingBackend(service_client(config.tinker.base_url))
