@@ -31,6 +31,7 @@ PAGES = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").g
 PAGES = [p for p in PAGES if p.name != "rolloutlib.md"]
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
 LONG_RUNNING = {"train", "up", "playground", "gateway", "inference", "trainer", "runner", "bridge"}
+LONG_RUNNING |= {"monitor"}
 FENCE = re.compile(r"(<!-- no-test -->\s*)?```(\w+)\n(.*?)```", re.DOTALL)
 
 

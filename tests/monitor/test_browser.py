@@ -7,6 +7,10 @@ and resumes the run and changes max_lag from the page (checking the ledger each 
 the transcripts, opens an episode and its token view, and saves a screenshot of each page in
 `$ROLLOUT_MONITOR_SCREENSHOTS` (default: the test's tmp folder; never the repository).
 
+The run takes small steps (two warm-up steps, two groups a step) and the test browses after
+`STEPS_BEFORE_BROWSING` steps. `ROLLOUT_MONITOR_TEST_STEPS=N` browses after N steps of the
+preset as it is instead (the README's screenshot: N=40, screenshots in docs/images).
+
 Skipped when no `chromium` is installed (`.ci/run` installs it).
 """
 
@@ -55,8 +59,9 @@ def live_run(database_url: str, tmp_path: Path) -> Iterator[str]:
     log = (tmp_path / "train.log").open("wb")
     command = [sys.executable, "-m", "rollout.cli", "train", "parity.environment:environment"]
     command += ["--preset", "cpu-tiny", "--steps", "300", "--set", "stop_at_reward=null"]
-    # Small, quick steps: this test watches the platform, not the learning.
-    command += ["--set", "warmup_steps=2", "--set", "groups_per_step=2"]
+    wanted = int(os.environ.get("ROLLOUT_MONITOR_TEST_STEPS") or 0)
+    if not wanted:  # small, quick steps: this test watches the platform, not the learning
+        command += ["--set", "warmup_steps=2", "--set", "groups_per_step=2"]
     process = subprocess.Popen(
         command,
         stdout=log,
@@ -64,16 +69,16 @@ def live_run(database_url: str, tmp_path: Path) -> Iterator[str]:
         env=env,
     )
     try:
-        deadline = time.monotonic() + 600
+        deadline = time.monotonic() + 900
         run_id = None
         while time.monotonic() < deadline:
             assert process.poll() is None, (tmp_path / "train.log").read_text()[-3000:]
             run_id = run_id or _run_id(database_url)
-            if run_id and _rl_steps(database_url, run_id) >= STEPS_BEFORE_BROWSING:
+            if run_id and _rl_steps(database_url, run_id) >= (wanted or STEPS_BEFORE_BROWSING):
                 break
             time.sleep(1.0)
         else:
-            pytest.fail("the run took no steps in 10 minutes")
+            pytest.fail("the run did not take its steps in 15 minutes")
         assert run_id is not None
         yield run_id
     finally:

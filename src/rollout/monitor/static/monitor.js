@@ -50,7 +50,6 @@ function makePlot(el, spec) {
     scales: { x: { time: false, range: xRange }, y: { range: yRange } },
     series: [{ label: "step" }].concat(spec.keys.map((k, i) => ({
       label: k, stroke: COLORS[i % COLORS.length], width: 1.5, spanGaps: true,
-      points: { show: false },
     }))),
   };
   return new uPlot(opts, [[]].concat(spec.keys.map(() => [])), div);
