@@ -45,6 +45,7 @@ from rollout.gateway.prompts import PromptBuilder
 from rollout.gateway.recording import Recorder, TurnStore, request_record
 from rollout.gateway.seats import SeatCache
 from rollout.inference.base import InferenceBackend
+from rollout.inference.direct import with_stop_ids
 from rollout.inference.remote import InferenceUnavailable
 from rollout.ledger import KeyInfo, LedgerError
 from rollout.rendering.base import Renderer
@@ -176,8 +177,7 @@ class Gateway:
         prompt, base, prompt_text = await self.build_prompt(info, request.messages, request.tools)
         if self.admission is not None:
             await self.admission(info)
-        stop_ids = list(dict.fromkeys([*request.params.stop_token_ids, *self._stop_ids]))
-        params = request.params.model_copy(update={"stop_token_ids": stop_ids})
+        params = with_stop_ids(request.params, self._stop_ids)
         sample_started = time.time()
         completion = await self._sample(prompt, params)
         ended = time.time()

@@ -13,11 +13,19 @@ from rollout.inference.base import InferenceBackend
 from rollout.rendering.base import Renderer
 
 
+def with_stop_ids(params: SamplingParams, stop_ids: Sequence[int]) -> SamplingParams:
+    """`params` with `stop_ids` (a chat template's end of turn) added after its own.
+
+    >>> with_stop_ids(SamplingParams(stop_token_ids=[7, 2]), [2, 3]).stop_token_ids
+    [7, 2, 3]
+    """
+    merged = list(dict.fromkeys([*params.stop_token_ids, *stop_ids]))
+    return params.model_copy(update={"stop_token_ids": merged})
+
+
 def sampling_params(settings: Mapping[str, Any], renderer: Renderer) -> SamplingParams:
     """SamplingParams from loose settings, with the template's stop tokens added."""
-    params = SamplingParams.model_validate(dict(settings))
-    stop_ids = list(dict.fromkeys([*params.stop_token_ids, *renderer.stop_token_ids]))
-    return params.model_copy(update={"stop_token_ids": stop_ids})
+    return with_stop_ids(SamplingParams.model_validate(dict(settings)), renderer.stop_token_ids)
 
 
 class DirectModel:

@@ -123,20 +123,18 @@ def validate(model: type[M], data: Any, prefix: str = "") -> M:
 
 def expect_dict(value: Any, where: str) -> dict[str, Any]:
     """`value` if it is a JSON object, else `WireError` (`invalid_type`)."""
-    if not isinstance(value, dict):
-        raise WireError(
-            f"{where}: expected an object, got {type(value).__name__}",
-            param=where,
-            code="invalid_type",
-        )
-    return value
+    return _expect(value, dict, "an object", where)
 
 
 def expect_str(value: Any, where: str) -> str:
     """`value` if it is a string, else `WireError` (`invalid_type`)."""
-    if not isinstance(value, str):
+    return _expect(value, str, "a string", where)
+
+
+def _expect(value: Any, kind: type[Any], what: str, where: str) -> Any:
+    if not isinstance(value, kind):
         raise WireError(
-            f"{where}: expected a string, got {type(value).__name__}",
+            f"{where}: expected {what}, got {type(value).__name__}",
             param=where,
             code="invalid_type",
         )

@@ -12,12 +12,16 @@ thread from asyncio code).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from rollout.training.errors import TrainingError
+from rollout.training.errors import CheckpointError, TrainingError
 from rollout.training.loss import LossConfig
 from rollout.training.segments import Segment
 
@@ -126,3 +130,28 @@ class TrainingProvider(Protocol):
     def load(self, path: str | Path) -> None:
         """Restore everything `save` wrote, so training resumes exactly."""
         ...
+
+
+@contextlib.contextmanager
+def new_checkpoint_folder(path: str | Path) -> Iterator[Path]:
+    """A staging folder to write a checkpoint in, renamed to `path` when the block ends.
+
+    Nothing appears at `path` until every file is written: a block that raises leaves no
+    folder behind, and readers never see half a checkpoint.
+
+    Raises:
+        CheckpointError: `path` exists and is not empty.
+    """
+    target = Path(path)
+    if target.exists() and any(target.iterdir()):
+        raise CheckpointError(f"checkpoint path {str(target)!r} exists and is not empty")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        yield staging
+        if target.exists():
+            target.rmdir()
+        os.replace(staging, target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise

@@ -11,10 +11,7 @@
 from __future__ import annotations
 
 import json
-import os
 import random
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any, cast
 
@@ -24,7 +21,7 @@ from safetensors.torch import load_file
 
 from rollout.models.hf import copy_tokenizer_files, missing_weights
 from rollout.training.errors import CheckpointError
-from rollout.training.providers.base import CheckpointKind
+from rollout.training.providers.base import CheckpointKind, new_checkpoint_folder
 
 STATE_FILE = "trainer_state.pt"
 STATE_SUMMARY = "trainer_state.json"
@@ -73,12 +70,7 @@ def write_checkpoint(
     Raises:
         CheckpointError: `path` exists and is not empty.
     """
-    target = Path(path)
-    if target.exists() and any(target.iterdir()):
-        raise CheckpointError(f"checkpoint path {str(target)!r} exists and is not empty")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    try:
+    with new_checkpoint_folder(path) as staging:
         # peft and transformers both provide save_pretrained with safetensors by default.
         cast(Any, model).save_pretrained(str(staging))
         if kind == "full":  # a complete Hugging Face folder any backend can load
@@ -86,13 +78,7 @@ def write_checkpoint(
         torch.save(state, staging / STATE_FILE)
         (staging / STATE_SUMMARY).write_text(json.dumps(summary, indent=2))
         files = sorted(f.name for f in staging.iterdir())
-        if target.exists():
-            target.rmdir()
-        os.replace(staging, target)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    return target, files
+    return Path(path), files
 
 
 def read_state(source: Path, kind: CheckpointKind) -> dict[str, Any]:
