@@ -183,7 +183,7 @@ async def test_long_prompts_end_with_length_and_bad_input_is_named(
     assert completion.stop_reason == "length" and len(completion.tokens) == 2
     with pytest.raises(BackendError, match="context"):
         await backend.sample([5] * context, SamplingParams())
-    with pytest.raises(BackendError, match="neither adapter_config.json nor config.json"):
+    with pytest.raises(BackendError, match=r"neither adapter_config\.json nor config\.json"):
         await backend.load_weights(tmp_path, 9)
     top = await backend.sample(PROMPTS[0], SamplingParams(max_tokens=3, top_logprobs=3))
     assert all(len(entry) == 3 for entry in top.top_logprobs)

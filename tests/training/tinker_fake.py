@@ -1,0 +1,221 @@
+"""A fake of Tinker's hosted service behind the SDK's own interfaces and types.
+
+Tinker cannot be reached from tests, so `FakeService` implements the methods rollout calls on
+`tinker.ServiceClient`, `TrainingClient` and `SamplingClient`, taking and returning the REAL
+`tinker.types` (`Datum`, `ModelInput`, `AdamParams`, `ForwardBackwardOutput`, `SampleResponse`,
+`SampledSequence`, `SaveWeightsResponse`, ...). Its model is a context-free unigram policy
+(`logits`, one per token id) trained by Adam with the exact gradients of Tinker's
+`cross_entropy` and `importance_sampling` losses, so learning is real and checkable.
+
+It checks what it receives, as Tinker would: every `Datum` has `target_tokens` as long as its
+input, `importance_sampling` gets `logprobs` and `advantages` of that length, `cross_entropy`
+gets `weights`; and it keeps every `Datum` it was sent (`received`) for tests to inspect.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from tinker import types
+
+
+class Done:
+    """An already finished SDK future (`APIFuture.result()`)."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def result(self, timeout: float | None = None) -> Any:
+        return self.value
+
+
+@dataclass
+class _Weights:
+    logits: np.ndarray
+    m: np.ndarray
+    v: np.ndarray
+    t: int = 0
+
+    def copy(self) -> _Weights:
+        return _Weights(self.logits.copy(), self.m.copy(), self.v.copy(), self.t)
+
+
+def _logp(logits: np.ndarray) -> np.ndarray:
+    shifted = logits - logits.max()
+    return shifted - math.log(float(np.exp(shifted).sum()))
+
+
+@dataclass
+class FakeService:
+    """`tinker.ServiceClient` as rollout uses it."""
+
+    vocab: int = 32
+    stored: dict[str, _Weights] = field(default_factory=dict)
+    clients: list[FakeTrainingClient] = field(default_factory=list)
+    _ids: itertools.count[int] = field(default_factory=itertools.count)
+
+    def create_lora_training_client(
+        self, base_model: str, rank: int = 32, seed: int | None = None, **_: Any
+    ) -> Done:
+        assert isinstance(base_model, str) and rank > 0
+        zeros = np.zeros(self.vocab)
+        client = FakeTrainingClient(self, _Weights(zeros.copy(), zeros.copy(), zeros.copy()))
+        self.clients.append(client)
+        return Done(client)
+
+    def create_training_client_from_state_with_optimizer(self, path: str, **_: Any) -> Done:
+        client = FakeTrainingClient(self, self.stored[path].copy())
+        self.clients.append(client)
+        return Done(client)
+
+    def create_training_client_from_state(self, path: str, **_: Any) -> Done:
+        weights = self.stored[path].copy()
+        zeros = np.zeros(self.vocab)
+        client = FakeTrainingClient(self, _Weights(weights.logits, zeros.copy(), zeros.copy()))
+        self.clients.append(client)
+        return Done(client)
+
+    def create_sampling_client(
+        self, model_path: str | None = None, base_model: str | None = None, **_: Any
+    ) -> FakeSamplingClient:
+        if model_path is not None:
+            assert model_path.startswith("tinker://") and "/sampler_weights/" in model_path
+            return FakeSamplingClient(self.stored[model_path].logits.copy())
+        assert base_model is not None
+        return FakeSamplingClient(np.zeros(self.vocab))
+
+    def path(self, kind: str, name: str) -> str:
+        return f"tinker://fake-run-{next(self._ids)}/{kind}/{name}"
+
+
+@dataclass
+class FakeTrainingClient:
+    """`tinker.TrainingClient`: forward, forward_backward, optim_step, save_*."""
+
+    service: FakeService
+    weights: _Weights
+    received: list[tuple[str, types.Datum]] = field(default_factory=list)
+    grad: np.ndarray | None = None
+
+    def _check(self, datum: types.Datum, loss_fn: str) -> dict[str, np.ndarray]:
+        assert isinstance(datum, types.Datum) and isinstance(datum.model_input, types.ModelInput)
+        n = datum.model_input.length
+        inputs = {k: np.asarray(v.to_numpy()) for k, v in datum.loss_fn_inputs.items()}
+        required = {
+            "cross_entropy": {"target_tokens", "weights"},
+            "importance_sampling": {"target_tokens", "logprobs", "advantages"},
+        }[loss_fn]
+        assert set(inputs) == required, (loss_fn, sorted(inputs))
+        for key, value in inputs.items():
+            assert value.shape == (n,), (key, value.shape, n)
+        assert inputs["target_tokens"].dtype.kind == "i"
+        # The input is the sequence without its last token; the targets, without its first.
+        assert datum.model_input.to_ints()[1:] == inputs["target_tokens"].tolist()[:-1]
+        return inputs
+
+    def _run(self, data: list[types.Datum], loss_fn: str, backward: bool) -> Done:
+        logp = _logp(self.weights.logits)
+        p = np.exp(logp)
+        grad = np.zeros_like(self.weights.logits)
+        outputs: list[dict[str, types.TensorData]] = []
+        loss = 0.0
+        for datum in data:
+            inputs = self._check(datum, loss_fn)
+            self.received.append((loss_fn, datum))
+            targets = inputs["target_tokens"]
+            token_logp = logp[targets]
+            if loss_fn == "cross_entropy":
+                coef = inputs["weights"]  # loss = -sum w * logp
+                loss += float(-(coef * token_logp).sum())
+            else:
+                ratio = np.exp(token_logp - inputs["logprobs"])
+                coef = ratio * inputs["advantages"]  # loss = -sum ratio * A
+                loss += float(-coef.sum())
+            for token, c in zip(targets.tolist(), coef.tolist(), strict=True):
+                grad -= c * (np.eye(len(p))[token] - p)
+            outputs.append({"logprobs": types.TensorData.from_numpy(token_logp.astype(np.float32))})
+        if backward:
+            self.grad = grad if self.grad is None else self.grad + grad
+        return Done(
+            types.ForwardBackwardOutput(
+                loss_fn_output_type="ArrayRecord",
+                loss_fn_outputs=outputs,
+                metrics={"loss:sum": loss},
+            )
+        )
+
+    def forward(self, data: list[types.Datum], loss_fn: str, **_: Any) -> Done:
+        return self._run(data, loss_fn, backward=False)
+
+    def forward_backward(
+        self, data: list[types.Datum], loss_fn: str, loss_fn_config: Any = None
+    ) -> Done:
+        return self._run(data, loss_fn, backward=True)
+
+    def optim_step(self, params: types.AdamParams | None = None, **_: Any) -> Done:
+        assert isinstance(params, types.AdamParams)
+        if self.grad is not None:
+            w, g = self.weights, self.grad
+            w.t += 1
+            w.m = params.beta1 * w.m + (1 - params.beta1) * g
+            w.v = params.beta2 * w.v + (1 - params.beta2) * g * g
+            m_hat = w.m / (1 - params.beta1**w.t)
+            v_hat = w.v / (1 - params.beta2**w.t)
+            w.logits = w.logits - params.learning_rate * m_hat / (np.sqrt(v_hat) + params.eps)
+        self.grad = None
+        return Done(types.OptimStepResponse())
+
+    def save_state(self, name: str, **_: Any) -> Done:
+        path = self.service.path("weights", name)
+        self.service.stored[path] = self.weights.copy()
+        return Done(types.SaveWeightsResponse(path=path))
+
+    def save_weights_for_sampler(self, name: str, **_: Any) -> Done:
+        path = self.service.path("sampler_weights", name)
+        self.service.stored[path] = self.weights.copy()
+        return Done(types.SaveWeightsForSamplerResponse(path=path))
+
+
+@dataclass
+class FakeSamplingClient:
+    """`tinker.SamplingClient`: `sample_async` from the unigram policy (no top-k logprobs)."""
+
+    logits: np.ndarray
+    requests: list[tuple[types.ModelInput, types.SamplingParams]] = field(default_factory=list)
+
+    async def sample_async(
+        self,
+        prompt: types.ModelInput,
+        num_samples: int,
+        sampling_params: types.SamplingParams,
+        **_: Any,
+    ) -> types.SampleResponse:
+        assert isinstance(prompt, types.ModelInput) and num_samples == 1
+        assert isinstance(sampling_params, types.SamplingParams)
+        self.requests.append((prompt, sampling_params))
+        logp = _logp(self.logits / max(sampling_params.temperature, 1e-6))
+        rng = np.random.default_rng(sampling_params.seed)
+        stops = (
+            set(sampling_params.stop or []) if not isinstance(sampling_params.stop, str) else set()
+        )
+        tokens: list[int] = []
+        values: list[float] = []
+        reason = "length"
+        for _position in range(sampling_params.max_tokens or 16):
+            token = int(rng.choice(len(logp), p=np.exp(logp)))
+            tokens.append(token)
+            values.append(float(logp[token]))
+            if token in stops:
+                reason = "stop"
+                break
+        sequence = types.SampledSequence(
+            stop_reason=reason,  # type: ignore[arg-type]
+            sequence_id=f"seq-{len(self.requests)}",
+            tokens_np=np.array(tokens, dtype=np.int32),
+            logprobs_np=np.array(values, dtype=np.float32),
+        )
+        return types.SampleResponse(sequences=[sequence])
