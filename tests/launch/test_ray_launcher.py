@@ -103,7 +103,8 @@ def test_parity_trains_to_its_target_on_ray(database_url: str, tmp_path: Path) -
         capture_output=True, text=True, env=_env(database_url, tmp_path), timeout=1400,
         check=False,
     )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-3000:]
+    logs = "".join(p.read_text()[-3000:] for p in (tmp_path / "logs").glob("up-*.log"))
+    assert result.returncode == 0, result.stderr[-2000:] + logs
     summary = json.loads(result.stdout)
     print("ray train summary:", json.dumps(summary))
     assert summary["status"] == "finished" and 3 <= summary["steps"] <= MAX_STEPS
