@@ -90,3 +90,40 @@ async def test_reads_go_through_a_read_only_connection(database_url: str) -> Non
         assert (await store.runs())["items"] == []
     finally:
         await store.close()
+
+
+async def test_evals_show_only_once_scored(
+    ledger: Ledger, serve_monitor: Serve, database_url: str
+) -> None:
+    run = await ledger.create_run("scored", "parity.environment:environment", {})
+    async with httpx.AsyncClient(base_url=await serve_monitor(ledger.url)) as api:
+        assert (await api.get("/api/runs/scored")).json()["has_evals"] is False
+        assert (await api.get("/runs/scored/evals")).status_code == 404
+        assert "/evals" not in (await api.get("/runs/scored")).text
+        async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+            await conn.execute(
+                "INSERT INTO eval_suites (name, version, content_hash, definition)"
+                " VALUES ('arith', '1', 'h', '{}')"
+            )
+            for version, score in ((-1, 0.25), (0, 0.5)):
+                cursor = await conn.execute(
+                    "INSERT INTO eval_jobs (run_id, suite, suite_version, version, episodes,"
+                    " trigger) VALUES (%s, 'arith', '1', %s, 10, 'demand') RETURNING job_id",
+                    (run.run_id, version),
+                )
+                (job,) = await cursor.fetchone() or (None,)
+                await conn.execute(
+                    "INSERT INTO eval_scores (job_id, environment, position, run_id, score,"
+                    " ci_low, ci_high, episodes, failed, method)"
+                    " VALUES (%s, 'arithmetic', 0, %s, %s, 0.1, 0.9, 10, 0, 'wilson')",
+                    (job, run.run_id, score),
+                )
+        assert (await api.get("/api/runs/scored")).json()["has_evals"] is True
+        scores = (await api.get("/api/runs/scored/evals")).json()["items"]
+        assert [(s["version"], s["suite"], s["environment"], s["score"]) for s in scores] == [
+            (-1, "arith", "arithmetic", 0.25),
+            (0, "arith", "arithmetic", 0.5),
+        ]
+        page = await api.get("/runs/scored/evals")
+        assert page.status_code == 200 and "arith@1" in page.text and "base" in page.text
+        assert f'href="/runs/{run.run_id}/evals"' in (await api.get("/runs/scored")).text
