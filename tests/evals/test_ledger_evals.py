@@ -110,3 +110,16 @@ async def test_scores_are_written_once_per_job_and_environment(ledger: Ledger) -
     assert (await ledger.eval_job(job.job_id)).scored
     with pytest.raises(InvalidInput):
         await ledger.record_eval_scores(job, [])
+
+
+async def test_the_trainers_read_never_returns_eval_episodes(ledger: Ledger) -> None:
+    run_id, job = await _job(ledger, episodes=2)
+    # A train group with the same group index as the eval job, complete like the job.
+    await ledger.add_episodes(run_id, [EpisodeSpec(job.job_id, m, {}, m) for m in range(2)])
+    while claim := await ledger.claim_seat("runner", run_id=run_id, kinds=("train",)):
+        await ledger.end_seat(claim, reward=1.0)
+    for claim in await ledger.claim_eval_seats(job, "evaluator", limit=10):
+        await ledger.end_seat(claim, reward=0.0)
+    (group,) = await ledger.complete_groups(run_id, 10)
+    assert group.group_index == job.job_id
+    assert [e.kind for e in group.episodes] == ["train", "train"]

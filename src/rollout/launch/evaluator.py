@@ -8,9 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Callable
+from typing import Any
+
+from rich.console import Console
 
 from rollout.blobs import BlobStore
-from rollout.ledger import Ledger
+from rollout.errors import RolloutError
+from rollout.ledger import Ledger, RunRecord
 from rollout.settings import get_settings
 
 
@@ -43,3 +48,35 @@ async def evaluator(
             await worker.close()
     finally:
         await ledger.close()
+
+
+async def wait_for_evals(
+    ledger: Ledger, run: RunRecord, console: Console, *, stopped: Callable[[], str | None]
+) -> None:
+    """After a run with an eval schedule finished training: wait until its evaluator has scored
+    the scheduled evals (it marks the run `evaluated`), then print each suite's first and last
+    scores per environment.
+
+    Raises:
+        RolloutError: `stopped` reported that the local roles stopped before that.
+    """
+    from rollout.evals.report import score_rows
+
+    with console.status("playing the scheduled evals..."):
+        while not (await ledger.settings(run.run_id)).get("evaluated"):
+            problem = stopped()
+            if problem is not None and not (await ledger.settings(run.run_id)).get("evaluated"):
+                raise RolloutError(problem)
+            await ledger.wait("settings", 1.0, run_id=run.run_id)
+    rows = score_rows(await ledger.eval_scores(run.run_id))
+    series: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for row in rows:
+        key = (f"{row['suite']}@{row['suite_version']}", row["environment"])
+        series.setdefault(key, []).append(row)
+    for (suite, environment), points in series.items():
+        first, last = points[0], points[-1]
+        console.print(
+            f"eval {suite} {environment}: {first['score']:.3f} ({first['checkpoint']}) -> "
+            f"{last['score']:.3f} ({last['checkpoint']})"
+        )
+    console.print(f"eval scores per checkpoint: `rollout evals show {run.name}`")

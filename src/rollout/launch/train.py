@@ -12,23 +12,31 @@ The steps, each in a module of its own:
    (`progress.watch_training`) until the trainer marks it finished;
 5. the summary is printed and returned (`summary`).
 
-Ctrl-C stops the local roles; the run goes on with `rollout up --run RUN`.
+Ctrl-C, a hangup (the terminal closed) or SIGTERM stops the local roles and marks the run
+`status: stopped` (plain `rollout up` leaves it alone); it goes on with
+`uv run rollout up --run RUN --until-finished`. A run whose episodes mostly fail stops itself as
+`failed` (`rollout.launch.failures`) and this command exits non-zero with the first error.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
+from rollout.errors import RolloutError
 from rollout.harness.loading import load_environment
+from rollout.harness.preflight import start_problem
+from rollout.launch.evaluator import wait_for_evals
 from rollout.launch.local import role_argv
 from rollout.launch.model_folder import resolve_model
 from rollout.launch.new_run import create_run, run_name, training_config
@@ -81,6 +89,22 @@ class LocalRoles:
             self.process.wait()
 
 
+@contextlib.contextmanager
+def _hangup_stops(task: asyncio.Task[Any] | None) -> Iterator[None]:
+    """While in the block, a hangup (the terminal closed) or SIGTERM stops the run like Ctrl-C
+    (asyncio.run turns Ctrl-C into the task's cancellation): the roles stop with this command."""
+    loop = asyncio.get_running_loop()
+    signals = (signal.SIGHUP, signal.SIGTERM)
+    if task is not None:
+        for signum in signals:
+            loop.add_signal_handler(signum, task.cancel)
+    try:
+        yield
+    finally:
+        for signum in signals:
+            loop.remove_signal_handler(signum)
+
+
 def train_command(
     spec: str,
     *,
@@ -102,6 +126,11 @@ def train_command(
     """
     began = time.time()
     environment = load_environment(spec)
+    problem = asyncio.run(start_problem(environment))
+    if problem is not None:  # a broken task fails in seconds, not after the model's warm-up
+        raise RolloutError(
+            f"{spec}: {problem} (`uv run rollout env check {spec}` shows the traceback)"
+        )
     # A preset stored in the ledger (`rollout preset load`) wins over the built-in one.
     base = stored_preset(preset)
     config = training_config(base or preset, overrides, steps=steps, max_lag=max_lag)
@@ -142,23 +171,35 @@ async def _train(
             console.print("created; the cluster's trainer, gateway and runners will pick it up")
             return {"run_id": run.run_id, "name": run.name, "status": "created"}
         roles = LocalRoles.start(run, url, launcher)
+        console.print(f"logs: {roles.log_path.parent}", highlight=False, soft_wrap=True)
         progress = TrainingProgress(run.run_id)
+        interrupted = False
         try:
-            await watch_training(ledger, progress, config.steps, console, stopped=roles.problem)
+            with _hangup_stops(asyncio.current_task()):
+                await watch_training(ledger, progress, config.steps, console, stopped=roles.problem)
+                if config.evals and progress.finished:  # the evaluator scores the last ones
+                    await wait_for_evals(ledger, run, console, stopped=roles.problem)
         except asyncio.CancelledError:
-            # Ctrl-C: asyncio.run cancelled this task. Stop the roles and summarise instead.
+            # Ctrl-C or a hangup: asyncio.run cancelled this task. Stop the roles, summarise.
             task = asyncio.current_task()
             if task is not None:
                 task.uncancel()
-            console.print(f"interrupted: continue with `rollout up --run {run.name}`")
+            interrupted = True
         finally:
             await asyncio.to_thread(roles.stop)
+        if interrupted:
+            # The steps recorded up to the stop, read after it (the last poll may be older).
+            await progress.poll(ledger)
+            if not progress.finished:
+                await ledger.set_setting(run.run_id, "status", "stopped")
     summary = {
         "run_id": run.run_id,
         "name": run.name,
         "status": "finished" if progress.finished else "stopped",
         "seconds": time.time() - began,
         **summarize(progress.steps, began),
+        "episodes_ended": progress.counts.get("ended", 0),
+        "episodes_failed": progress.counts.get("failed", 0),
     }
     print_summary(console, summary)
     return summary
