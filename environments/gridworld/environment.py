@@ -17,6 +17,7 @@ view names the right direction words, so a tiny model can learn the task in a fe
 
 from __future__ import annotations
 
+import json
 import random
 import sys
 from collections.abc import Mapping, Sequence
@@ -25,6 +26,7 @@ from typing import Any
 
 from rollout.contracts import Message, ToolCall, ToolSpec
 from rollout.harness import End, Observation, RunContext, Task
+from rollout.rendering.hf import to_hf_tool
 from rollout.sandboxes import JsonLines, ProcessPool, SandboxedEnvironment, connect
 
 SERVER = Path(__file__).resolve().parent / "server.py"
@@ -165,12 +167,25 @@ def draw(rng: random.Random) -> dict[str, Any]:
     return {"size": 4, "max_moves": 4}
 
 
+# The tools block of the system prompt as the tiny models' chat template writes it (Hermes
+# style), so that warm-up prompts look like the episode's.
+TOOLS_SYSTEM = (
+    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n"
+    + json.dumps(to_hf_tool(MOVE), ensure_ascii=False)
+    + "\n</tools>\n\nFor each function call, return a json object with function name and "
+    "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n"
+    '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>'
+)
+
+
 def format_example(rng: random.Random) -> tuple[list[Message], str]:
     """A view and a `move` call of the right shape in a random direction (no task information)."""
     dx, dy = rng.randint(-3, 3), rng.randint(-3, 3)
     view = {"goal": [dx, dy], "mates": [[1, rng.randint(-2, 2), 1]], "heard": [], "at_goal": False}
     call = '<tool_call>\n{"name": "move", "arguments": {"direction": "%s"}}\n</tool_call>'
-    return [Message.user(describe(view))], call % rng.choice(DIRECTIONS)
+    messages = [Message.system(TOOLS_SYSTEM), Message.user(describe(view))]
+    return messages, call % rng.choice(DIRECTIONS)
 
 
 environment = SandboxedEnvironment(

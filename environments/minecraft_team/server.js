@@ -180,7 +180,14 @@ const control = net.createServer((socket) => {
   })
 })
 
-serv.on('listening', () => {
+// Python may talk once the game port listens and every plugin is loaded (setBlock, commands).
+// (flying-squid's own 'ready' event gives up after 5 s, too soon on a busy machine.)
+function whenPluginsReady (then) {
+  if (serv.pluginsReady) then()
+  else setTimeout(() => whenPluginsReady(then), 50)
+}
+
+serv.on('listening', () => whenPluginsReady(() => {
   control.listen(0, '127.0.0.1', () => {
     const info = { game_port: gamePort, control_port: control.address().port }
     const file = path.join(path.dirname(worldFolder), 'control.json')
@@ -188,7 +195,7 @@ serv.on('listening', () => {
     fs.renameSync(file + '.tmp', file)
     console.error(`minecraft_team server ready: ${JSON.stringify(info)}`)
   })
-})
+}))
 
 process.on('SIGTERM', () => {
   try { serv.quit() } catch (error) {}

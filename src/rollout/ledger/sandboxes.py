@@ -95,6 +95,8 @@ class SandboxClaim:
     needs_reset: bool
     joined: bool
     agents: int
+    needs_start: bool = False
+    """A new instance, registered by this claim: the claimer starts it (then `sandbox_ready`)."""
 
 
 @dataclass(frozen=True)
@@ -135,6 +137,9 @@ _PICK_FREE: LiteralString = (
     " WHERE pool = %(pool)s AND (%(host)s::text IS NULL OR host = %(host)s) AND NOT retired"
     "   AND seats >= %(agents)s AND (episode_id IS NULL OR expires_at <= now())"
     " ORDER BY clean DESC, created_at LIMIT 1 FOR UPDATE SKIP LOCKED"
+)
+_COUNT_LIVE: LiteralString = (
+    "SELECT count(*) AS live FROM sandboxes WHERE pool = %s AND host = %s AND NOT retired"
 )
 _PICK_INSTANCE: LiteralString = (
     "SELECT instance_id, clean, epoch, episode_id, holder FROM sandboxes"
@@ -194,6 +199,50 @@ def _stale(claim: SandboxClaim, what: str) -> StaleFence:
     )
 
 
+async def _claim_new(
+    conn: Any,
+    pool: str,
+    host: str,
+    max_instances: int,
+    seats: int | None,
+    episode_id: str,
+    run_id: str,
+    agents: int,
+    holder: str,
+    member: Jsonb,
+    lease: float,
+) -> SandboxClaim | None:
+    """Register a new instance claimed by the episode, if the host has room (see claim)."""
+    await conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"{pool}@{host}",))
+    cursor = await conn.execute(_COUNT_LIVE, (pool, host))
+    row = await cursor.fetchone()
+    if row is not None and row["live"] >= max_instances:
+        return None
+    instance = f"{pool}-{secrets.token_hex(4)}"
+    await conn.execute(_REGISTER, (instance, pool, host, Jsonb({}), seats or agents))
+    await conn.execute(_INSERT_EVENT, (instance, 0, "started", None, None, host))
+    cursor = await conn.execute(
+        _CLAIM,
+        {
+            "episode": episode_id,
+            "run": run_id,
+            "holder": holder,
+            "agents": agents,
+            "members": member,
+            "lease": lease,
+            "instance": instance,
+        },
+    )
+    claimed = await cursor.fetchone()
+    assert claimed is not None
+    await conn.execute(
+        _INSERT_EVENT, (instance, claimed["epoch"], "claimed", episode_id, holder, "new")
+    )
+    return SandboxClaim(
+        instance, pool, claimed["epoch"], episode_id, {}, False, False, False, agents, True
+    )
+
+
 class SandboxesMixin(LedgerConnection):
     """Sandbox methods of the `Ledger` facade (see the module docstring)."""
 
@@ -229,6 +278,8 @@ class SandboxesMixin(LedgerConnection):
         holder: str,
         host: str | None,
         lease_seconds: float = 30.0,
+        max_instances: int | None = None,
+        seats: int | None = None,
     ) -> SandboxClaim | None:
         """The episode's live claim (joined), or a new claim on a free instance; None if none.
 
@@ -247,6 +298,11 @@ class SandboxesMixin(LedgerConnection):
             holder: Who claims (a runner id).
             host: Only instances on this host (None: any host).
             lease_seconds: The claim expires unless renewed within this time.
+            max_instances: With a `host`: when no instance is free and the host has fewer
+                live instances of the pool, register a new one (of `seats` seats) claimed by
+                this episode, in the same transaction (so concurrent claimers never start more
+                than the limit); the claim says `needs_start`.
+            seats: The seats of a new instance (default `agents`).
         """
         lease = _positive("lease_seconds", lease_seconds)
         async with self._pool.connection() as conn, conn.transaction():
@@ -276,7 +332,12 @@ class SandboxesMixin(LedgerConnection):
                 )
             free = await cursor.fetchone()
             if free is None:
-                return None
+                if max_instances is None or host is None:
+                    return None
+                return await _claim_new(
+                    conn, pool, host, max_instances, seats, episode_id, run_id, agents, holder,
+                    member, lease,
+                )  # fmt: skip
             instance, clean = free["instance_id"], free["clean"]
             old_epoch, old_episode, old_holder = free["epoch"], free["episode_id"], free["holder"]
             if old_episode is not None:  # the previous claim died without a release

@@ -3,8 +3,9 @@
 `hold(pool, seat)` is what a runner wraps around playing one agent seat of a sandboxed episode:
 
 1. claim: join the episode's live claim, or claim a free instance of the pool on this host,
-   or start a new instance (up to the pool's `max_instances` per host) and claim that; when the
-   host is full, wait for one to be released or to expire;
+   or register a new one claimed by the episode (up to the pool's `max_instances` per host,
+   counted in the same transaction) and start it; when the host is full, wait for an instance
+   to be released or to expire;
 2. prepare (the runner that made the claim): health-check the instance (a crashed one is
    retired and replaced), reset it if an earlier episode used it, then mark it ready. Runners
    that joined wait until it is ready (or the claim changes hands, then they claim again);
@@ -21,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import secrets
 import socket
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
@@ -76,7 +76,6 @@ class SandboxSeats:
         self.lease_seconds = lease_seconds
         self.host = host or socket.gethostname()
         self.wait_timeout = wait_timeout
-        self._starting: dict[str, asyncio.Lock] = {}
         self.started: list[str] = []
         """Instances this object started (for tests and shutdown)."""
 
@@ -121,10 +120,11 @@ class SandboxSeats:
                 holder=self.holder,
                 host=self.host if pool.local else None,
                 lease_seconds=self.lease_seconds,
+                max_instances=pool.max_instances,
+                seats=pool.seats,
             )
             if claim is None:
-                if not await self._start_instance(pool):
-                    await asyncio.sleep(POLL_SECONDS * 5)  # the host is full: wait for a release
+                await asyncio.sleep(POLL_SECONDS * 5)  # the host is full: wait for a release
             elif claim.joined:
                 ready = await self._wait_ready(claim)
                 if ready is not None:
@@ -139,32 +139,21 @@ class SandboxSeats:
                     f"{self.wait_timeout:.0f} s"
                 )
 
-    async def _start_instance(self, pool: SandboxPool) -> bool:
-        """Start and register one instance unless the host has `max_instances`; True if so."""
-        lock = self._starting.setdefault(pool.name, asyncio.Lock())
-        async with lock:
-            live = [
-                r
-                for r in await self.ledger.list_sandboxes(pool=pool.name)
-                if r.host == self.host or not pool.local
-            ]
-            if len(live) >= pool.max_instances:
-                return False
-            instance_id = f"{pool.name}-{secrets.token_hex(4)}"
-            details = await pool.start(instance_dir(pool.name, instance_id))
-            await self.ledger.register_sandbox(
-                pool.name, self.host, details, seats=pool.seats, instance_id=instance_id
-            )
-            self.started.append(instance_id)
-            log.info("started %s: %s", instance_id, details)
-            return True
-
     async def _prepare(self, pool: SandboxPool, claim: SandboxClaim) -> SandboxClaim | None:
         """Health-check and (if used before) reset a newly claimed instance, then mark it ready.
         None if it had crashed (it is retired; claim again)."""
         workdir = instance_dir(pool.name, claim.instance_id)
         details: Details = dict(claim.details)
-        if not await pool.health(details):
+        if claim.needs_start:  # a new instance, registered by this claim
+            try:
+                details = await pool.start(workdir)
+            except SandboxError as error:
+                log.warning("starting %s failed: %s", claim.instance_id, error)
+                await self.ledger.retire_sandbox(claim.instance_id, f"start failed: {error}")
+                raise
+            self.started.append(claim.instance_id)
+            log.info("started %s: %s", claim.instance_id, details)
+        elif not await pool.health(details):
             log.warning("%s is not healthy: replacing it", claim.instance_id)
             await self.ledger.retire_sandbox(claim.instance_id, "failed its health check")
             with contextlib.suppress(Exception):
