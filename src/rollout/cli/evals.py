@@ -23,23 +23,27 @@ def _fmt(value: float | None, signed: bool = False) -> str:
     return f"{value:+.3f}" if signed else f"{value:.3f}"
 
 
-def _score_table(rows: list[dict[str, Any]]) -> Table:
-    table = Table(
-        "run", "suite", "checkpoint", "environment", "score", "95% CI", "n", "Δ base", "Δ prev"
-    )
+def _print_scores(rows: list[dict[str, Any]]) -> None:
+    """One table per run and suite version: a row per checkpoint and environment."""
+    tables: dict[tuple[str, str], Table] = {}
     for row in rows:
-        table.add_row(
-            row["run_id"],
-            f"{row['suite']}@{row['suite_version']}",
+        key = (row["run_id"], f"{row['suite']}@{row['suite_version']}")
+        if key not in tables:
+            tables[key] = Table(
+                "checkpoint", "environment", "score", "95% CI", "n", "Δ base", "Δ prev",
+                title=f"run {key[0]}: suite {key[1]}",
+            )  # fmt: skip
+        tables[key].add_row(
             row["checkpoint"],
             row["environment"],
             _fmt(row["score"]),
-            f"{row['ci_low']:.3f}-{row['ci_high']:.3f}",
+            f"{row['ci_low']:.2f}-{row['ci_high']:.2f}",
             str(row["episodes"]) + (f" ({row['failed']} failed)" if row["failed"] else ""),
             _fmt(row["delta_base"], signed=True),
             _fmt(row["delta_previous"], signed=True),
         )
-    return table
+    for table in tables.values():
+        console.print(table)
 
 
 async def _scores(ledger: Any, run: str | None, suite: str | None) -> list[dict[str, Any]]:
@@ -97,8 +101,7 @@ def evals_run(
         f"job {job['job_id']}: {job['suite']}@{job['suite_version']} on {job['checkpoint']} "
         f"of run {job['run_id']}: {job['state']}"
     )
-    if rows:
-        console.print(_score_table(rows))
+    _print_scores(rows)
 
 
 @evals_app.command("list")
@@ -143,7 +146,7 @@ def evals_show(
     if not rows:
         console.print("no eval scores yet")
         return
-    console.print(_score_table(rows))
+    _print_scores(rows)
 
 
 def evaluator_role(
