@@ -80,7 +80,9 @@ def run_episode(
     outcome = run_async(play_one_episode(spec, model=model, seed=seed))
     if as_json:
         print_json(outcome)
-        return
-    from rollout.monitor.render import print_transcript
+    else:
+        from rollout.monitor.render import print_transcript
 
-    print_transcript(console, outcome)
+        print_transcript(console, outcome)
+    if any(seat["status"] != "completed" for seat in outcome["seats"]):
+        raise typer.Exit(1)  # a failed seat: its error is in the transcript

@@ -13,7 +13,16 @@ def train(
     spec: Annotated[str, typer.Argument(help="The environment, as MODULE:ATTR.")],
     preset: Annotated[str, typer.Option(help="Preset name or YAML file.")] = "cpu-tiny",
     steps: Annotated[int | None, typer.Option(min=1, help="Optimizer steps.")] = None,
-    max_lag: Annotated[int | None, typer.Option("--max-lag", min=0, help="max_lag.")] = None,
+    max_lag: Annotated[
+        int | None,
+        typer.Option(
+            "--max-lag",
+            min=0,
+            metavar="STEPS",
+            help="How many optimizer steps older than the trainer's the model that samples an "
+            "episode's turns may be (0: on-policy; higher: more throughput, more off-policy).",
+        ),
+    ] = None,
     name: Annotated[str | None, typer.Option(help="Run name (default: generated).")] = None,
     model: Annotated[str | None, typer.Option(help="Model folder (overrides the preset).")] = None,
     cluster: Annotated[
@@ -45,3 +54,5 @@ def train(
     )
     if as_json:
         print_json(summary)
+    if summary.get("status") == "stopped":  # interrupted (Ctrl-C, hangup): like any shell tool
+        raise typer.Exit(130)

@@ -20,7 +20,9 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from rollout.launch.failures import STOPPED_STATUSES, check_failures
 from rollout.ledger import Ledger, RunRecord
 from rollout.net.server import free_port
 from rollout.settings import Settings
@@ -89,6 +91,7 @@ class LocalSupervisor:
         self.runner_count = runners
         self.processes: dict[str, ManagedProcess] = {}
         self._specs: dict[str, RunSpec | None] = {}
+        self._failed: set[str] = set()
         # Every role uses this ledger's database and these settings, whatever started it.
         env = {**os.environ, **settings.environ(ledger.url)}
         env.setdefault("PYTHONUNBUFFERED", "1")
@@ -141,6 +144,23 @@ class LocalSupervisor:
             urls.append(str(url))
         return urls[0], urls[1]
 
+    async def _wanted(self, run: RunRecord, settings: dict[str, Any]) -> bool:
+        """Whether an unfinished run should train: not failed (past the failure threshold), and
+        not stopped unless this supervisor was told to run it (`rollout up --run RUN`)."""
+        status = settings.get("status")
+        named = self.run_filter is not None
+        error = await check_failures(self.ledger, run.run_id)
+        if error is not None:
+            if run.run_id not in self._failed:
+                self._failed.add(run.run_id)
+                log.error("run %s failed: %s", run.name, error)
+            return False
+        if status in STOPPED_STATUSES:
+            if not named:
+                return False
+            await self.ledger.set_setting(run.run_id, "status", "running")  # resumed on purpose
+        return True
+
     async def reconcile(self) -> bool:
         """Start/restart/retire processes. Returns False when there is nothing left to do."""
         runs = await self.ledger.list_runs()
@@ -160,6 +180,10 @@ class LocalSupervisor:
                 evaluating = True
             else:
                 self._retire(f"evaluator-{run.name}")
+            if not settings.get("finished") and not await self._wanted(run, settings):
+                for role in ("inference", "gateway", "trainer"):
+                    self._retire(f"{role}-{run.name}")
+                continue
             if settings.get("finished"):
                 for role in ("inference", "gateway", "trainer"):
                     self._retire(f"{role}-{run.name}")

@@ -14,6 +14,8 @@ Example:
     ... ]
     >>> status_line(steps)
     'reward 0.500  loss +0.2500  lag 0.00  4 episodes/s'
+    >>> status_line(steps, failed=3)
+    'reward 0.500  loss +0.2500  lag 0.00  4 episodes/s  3 failed'
 """
 
 from __future__ import annotations
@@ -36,8 +38,9 @@ def rl_steps(steps: Sequence[TrainStepRecord]) -> list[TrainStepRecord]:
     return [step for step in steps if step.step > 0]
 
 
-def status_line(steps: Sequence[TrainStepRecord]) -> str | None:
-    """The latest RL step's reward, loss and lag, and episodes per second over the last few."""
+def status_line(steps: Sequence[TrainStepRecord], failed: int = 0) -> str | None:
+    """The latest RL step's reward, loss and lag, episodes per second over the last few, and
+    how many episodes failed (when any did)."""
     rl = rl_steps(steps)
     if not rl:
         return None
@@ -50,16 +53,20 @@ def status_line(steps: Sequence[TrainStepRecord]) -> str | None:
     return (
         f"reward {last.get('reward', 0):.3f}  loss {last.get('loss', 0):+.4f}  "
         f"lag {last.get('lag_mean', 0):.2f}  {rate:.0f} episodes/s"
+        + (f"  {failed} failed" if failed else "")
     )
 
 
 @dataclass
 class TrainingProgress:
-    """The train steps of one run read so far, and whether the run has finished."""
+    """The train steps of one run read so far, whether the run has finished or failed (and
+    why), and its episode counts (`Ledger.episode_counts`)."""
 
     run_id: str
     steps: list[TrainStepRecord] = field(default_factory=list)
     finished: bool = False
+    error: str | None = None
+    counts: dict[str, int] = field(default_factory=dict)
 
     @property
     def last_step(self) -> int:
@@ -70,7 +77,11 @@ class TrainingProgress:
         """Read the steps recorded since the last poll; return them."""
         # Whether it finished is read first: the trainer records its last step before it marks
         # the run finished, so a finished run's steps are all read by this same poll.
-        self.finished = bool((await ledger.settings(self.run_id)).get("finished"))
+        settings = await ledger.settings(self.run_id)
+        self.finished = bool(settings.get("finished"))
+        if settings.get("status") == "failed":
+            self.error = str(settings.get("error") or "the run failed")
+        self.counts = await ledger.episode_counts(self.run_id)
         new = await ledger.train_steps(self.run_id, after=self.last_step)
         self.steps.extend(new)
         return new
@@ -96,7 +107,8 @@ async def watch_training(
         interval: Seconds between polls when no notification arrives.
 
     Raises:
-        RolloutError: `stopped` reported a problem before the run finished.
+        RolloutError: the run failed (too many failed episodes: the first error), or `stopped`
+            reported a problem before the run finished.
     """
     view = Progress(
         TextColumn("[bold]training"),
@@ -110,15 +122,25 @@ async def watch_training(
     bar = view.add_task("train", total=total_steps, status="starting roles...")
     with view:
         while True:
-            if await progress.poll(ledger):
-                line = status_line(progress.steps)
-                if line is not None:
-                    view.update(bar, completed=progress.last_step, status=line)
-                else:
-                    view.update(bar, status="warm-up done; playing the first episodes...")
+            new = await progress.poll(ledger)
+            failed = progress.counts.get("failed", 0)
+            line = status_line(progress.steps, failed)
+            if line is not None:
+                view.update(bar, completed=progress.last_step, status=line)
+            elif new or failed:
+                view.update(
+                    bar,
+                    status="warm-up done; playing the first episodes..."
+                    + (f"  {failed} failed" if failed else ""),
+                )
             if progress.finished:
                 return progress
+            if progress.error is not None:
+                raise RolloutError(f"run failed: {progress.error}")
             problem = stopped()
             if problem is not None:
+                await progress.poll(ledger)  # the roles may have stopped because the run failed
+                if progress.error is not None:
+                    raise RolloutError(f"run failed: {progress.error}")
                 raise RolloutError(problem)
             await ledger.wait(("train_steps", "settings"), interval, run_id=progress.run_id)

@@ -55,7 +55,7 @@ def summarize(
 
 
 def print_summary(console: Console, summary: dict[str, Any]) -> None:
-    """The summary as two lines: what happened, and the commands to look inside the run."""
+    """What happened (and how many episodes failed), then the next commands, one per line."""
 
     def fmt(value: float | None) -> str:
         return "-" if value is None else f"{value:.3f}"
@@ -68,7 +68,25 @@ def print_summary(console: Console, summary: dict[str, Any]) -> None:
         f"{fmt(summary['last_rewards_mean'])} (last steps)"
         + (f", reached {summary['target']} after {reached:.0f} s" if reached is not None else "")
     )
+    failed = summary.get("episodes_failed") or 0
+    if failed:
+        console.print(
+            f"[red]{failed} of {summary.get('episodes_ended', 0)} episodes failed[/]: "
+            f"`uv run rollout episodes list {name}` marks them",
+            highlight=False,
+            soft_wrap=True,
+        )
+    if summary["status"] == "stopped":
+        hint(console, f"uv run rollout up --run {name} --until-finished", "to continue")
+    hint(console, f"uv run rollout runs show {name}")
+    hint(console, f"uv run rollout episodes list {name}")
+
+
+def hint(console: Console, command: str, why: str = "") -> None:
+    """One "next:" line: a command that works as printed, never wrapped in its middle."""
     console.print(
-        f"next: `rollout runs show {name}`, `rollout episodes list {name}`, "
-        f"`rollout episodes show EPISODE`"
+        f"next: {command}" + (f"  ({why})" if why else ""),
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
     )

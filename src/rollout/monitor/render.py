@@ -29,8 +29,13 @@ def print_transcript(console: Console, outcome: dict[str, Any]) -> None:
         reward = seat["reward"]
         console.print(f"  reward {reward:g} ({status}, {seat['turns']} turn(s))")
         if seat.get("error"):
-            console.print(f"  [red]{seat['error']}[/]", highlight=False)
-    console.print(f"turns and tokens: rollout episodes show {outcome['episode_id']}")
+            console.print(f"  {seat['error']}", style="red", markup=False, highlight=False)
+    console.print(
+        f"next: uv run rollout episodes show {outcome['episode_id']}  (turns and tokens)",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 def _tokens(values: list[Any], limit: int = 24) -> str:

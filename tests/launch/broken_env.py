@@ -1,0 +1,27 @@
+"""An environment whose Task.start raises: every episode fails (issue 10's broken environment)."""
+
+from __future__ import annotations
+
+from parity.environment import draw_number, format_example
+
+from rollout.contracts import Message
+from rollout.harness import Environment, Observation, RunContext, Task
+
+
+class Broken(Task):
+    async def start(self, run: RunContext) -> Observation:
+        raise RuntimeError("the broken task cannot start")
+
+    async def respond(self, run: RunContext, reply: Message) -> Observation:  # pragma: no cover
+        raise AssertionError("never reached")
+
+
+environment = Environment(
+    name="broken",
+    task=Broken,
+    parameters=draw_number,
+    group_size=8,
+    max_turns=1,
+    sampling={"max_tokens": 4, "temperature": 1.0},
+    warmup=format_example,
+)

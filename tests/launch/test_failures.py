@@ -1,0 +1,154 @@
+"""Issue 10, "failures must show": a broken environment fails `rollout train` in seconds with the
+task's error; failed episodes stop a run as `failed` past the threshold (and the supervisor
+retires it); stopped runs are resumed only on purpose; the summary counts failed episodes and its
+hints work as printed."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from rollout.errors import RolloutError
+from rollout.launch.failures import check_failures
+from rollout.launch.local import LocalSupervisor
+from rollout.launch.new_run import create_run, training_config
+from rollout.launch.progress import TrainingProgress, watch_training
+from rollout.launch.summary import print_summary
+from rollout.ledger import EpisodeSpec, Ledger
+from rollout.settings import get_settings
+
+ROOT = Path(__file__).resolve().parents[2]
+BROKEN = "tests.launch.broken_env:environment"
+
+
+def _rollout(database_url: str, state: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, ROLLOUT_DATABASE_URL=database_url, ROLLOUT_STATE_DIR=str(state))
+    return subprocess.run(
+        [sys.executable, "-m", "rollout.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=120,
+    )
+
+
+def test_train_of_a_broken_environment_exits_non_zero_in_seconds_with_its_error(
+    database_url: str, tmp_path: Path
+) -> None:
+    began = time.monotonic()
+    result = _rollout(database_url, tmp_path, "train", BROKEN, "--steps", "3")
+    assert time.monotonic() - began < 30
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "Broken.start raised RuntimeError: the broken task cannot start" in lines[0]
+    assert not (tmp_path / "models").exists()  # nothing was built or started
+
+
+@pytest.mark.slow
+def test_run_of_a_broken_environment_exits_non_zero(database_url: str, tmp_path: Path) -> None:
+    result = _rollout(database_url, tmp_path, "run", BROKEN)
+    assert result.returncode == 1, result.stderr
+    assert "failed" in result.stdout and "the broken task cannot start" in result.stdout
+
+
+async def _failed_episodes(ledger: Ledger, run_id: str, failed: int, completed: int) -> None:
+    specs = [EpisodeSpec(0, member, {"number": "12"}, seed=member) for member in range(16)]
+    await ledger.add_episodes(run_id, specs[: failed + completed])
+    for index in range(failed + completed):
+        claim = await ledger.claim_seat("test-runner", run_id=run_id)
+        assert claim is not None
+        if index < failed:
+            error = f"Broken.start raised RuntimeError: number {index}\nTraceback ..."
+            await ledger.end_seat(claim, reward=0.0, status="failed", error=error)
+        else:
+            await ledger.end_seat(claim, reward=1.0)
+
+
+async def _run(ledger: Ledger, tmp_path: Path, name: str) -> str:
+    config = training_config("cpu-tiny", [], steps=3, max_lag=1)
+    return (await create_run(ledger, BROKEN, config, tmp_path, name)).run_id
+
+
+async def test_a_run_past_the_failure_threshold_is_marked_failed_with_the_first_error(
+    ledger: Ledger, tmp_path: Path
+) -> None:
+    healthy = await _run(ledger, tmp_path, "healthy")
+    await _failed_episodes(ledger, healthy, failed=4, completed=6)
+    assert await check_failures(ledger, healthy) is None  # 4 of 10: under the default 0.5
+
+    broken = await _run(ledger, tmp_path, "broken")
+    await _failed_episodes(ledger, broken, failed=9, completed=1)
+    error = await check_failures(ledger, broken)
+    assert error is not None and "9 of 10 episodes failed" in error
+    assert "the first error: Broken.start raised RuntimeError: number 0" in error
+    assert "Traceback" not in error  # one line
+    settings = await ledger.settings(broken)
+    assert settings["status"] == "failed" and settings["error"] == error
+
+    # The threshold is a run setting: 1.0 turns it off.
+    tolerant = await _run(ledger, tmp_path, "tolerant")
+    await ledger.set_setting(tolerant, "max_failure_fraction", 1.0)
+    await _failed_episodes(ledger, tolerant, failed=10, completed=0)
+    assert await check_failures(ledger, tolerant) is None
+
+    # `rollout train`'s progress shows the failed count and ends with the run's error.
+    progress = TrainingProgress(broken)
+    out = io.StringIO()
+    with pytest.raises(RolloutError, match="run failed: 9 of 10 episodes failed"):
+        await watch_training(ledger, progress, 3, Console(file=out, width=200), interval=0.01)
+    assert "9 failed" in out.getvalue()
+    assert progress.counts["failed"] == 9
+
+
+async def test_the_supervisor_skips_failed_and_stopped_runs_unless_named(
+    ledger: Ledger, tmp_path: Path
+) -> None:
+    broken = await _run(ledger, tmp_path, "broken")
+    await _failed_episodes(ledger, broken, failed=10, completed=0)
+    stopped = await _run(ledger, tmp_path, "stopped")
+    await ledger.set_setting(stopped, "status", "stopped")
+    supervisor = LocalSupervisor(ledger, get_settings())
+    for run_id in (broken, stopped):
+        run = await ledger.get_run(run_id)
+        assert not await supervisor._wanted(run, await ledger.settings(run_id))
+    assert (await ledger.settings(broken))["status"] == "failed"
+
+    named = LocalSupervisor(ledger, get_settings(), runs=["stopped"])
+    run = await ledger.get_run(stopped)
+    assert await named._wanted(run, await ledger.settings(stopped))  # `rollout up --run stopped`
+    assert (await ledger.settings(stopped))["status"] == "running"
+    run = await ledger.get_run(broken)
+    assert not await named._wanted(run, await ledger.settings(broken))
+
+
+def test_the_summary_counts_failed_episodes_and_hints_commands_that_work_as_printed() -> None:
+    out = io.StringIO()
+    name = "parity-20261130-051157-b4b7-with-a-long-name"
+    summary = {
+        "name": name,
+        "status": "stopped",
+        "seconds": 119.0,
+        "steps": 30,
+        "first_rewards_mean": 0.1,
+        "last_rewards_mean": 0.5,
+        "seconds_to_target": None,
+        "target": 0.9,
+        "episodes_ended": 200,
+        "episodes_failed": 3,
+    }
+    print_summary(Console(file=out, width=40), summary)
+    lines = out.getvalue().splitlines()
+    assert any("3 of 200 episodes failed" in line for line in lines)
+    hints = [line for line in lines if line.startswith("next: ")]
+    assert hints[0].startswith(f"next: uv run rollout up --run {name} --until-finished")
+    assert f"next: uv run rollout runs show {name}" in hints
+    assert all(line.startswith("next: uv run rollout ") for line in hints)
