@@ -5,7 +5,8 @@ episode can be played by different runners, in different processes, and still se
 a teammate blocks the cell it stands on, and `say` messages show up in the others' next view.
 
 Each turn an agent reads a short text view (`goal 2 right 1 down. mate 1 left.`) and calls the
-`move` tool (up, down, left or right). It ends when it reaches its goal or after `max_turns`
+`move` tool (up, down, left or right); a reply that is only a direction word is the same move
+(the short form a tiny model learns first). It ends when it reaches its goal or after `max_turns`
 moves, then waits for its teammates; its reward is half its own progress (the share of the
 start distance it covered) and half the team's (1 when every agent reached its goal). The
 view names the right direction words, so a tiny model can learn the task in a few minutes:
@@ -88,9 +89,16 @@ def _offset(dx: int, dy: int) -> str:
 
 
 def _direction(reply: Message) -> str | None:
+    """The move a reply makes: a `move` call's direction, or a reply that is only a direction.
+
+    >>> _direction(Message.assistant("left"))
+    'left'
+    >>> _direction(Message.assistant("I go left"))  # prose is not an action
+    """
     calls: list[ToolCall] = [c for c in reply.tool_calls or [] if c.name == "move"]
     if not calls:
-        return None
+        text = reply.text.strip().lower()
+        return text if text in DIRECTIONS else None
     direction = calls[0].parsed_arguments().get("direction")
     return direction if direction in DIRECTIONS else None
 
@@ -134,7 +142,9 @@ class Walk(Task):
             )
         if view["at_goal"] or self.moves >= self.max_moves:
             return await self._end(run)
-        return Observation(Message.tool(text, tool_call_id=_call_id(reply)) if direction else text)
+        if direction and reply.tool_calls:
+            return Observation(Message.tool(text, tool_call_id=_call_id(reply)))
+        return Observation(text)
 
     async def _end(self, run: RunContext) -> End:
         await self._request(run, "finish")
@@ -180,12 +190,15 @@ TOOLS_SYSTEM = (
 
 
 def format_example(rng: random.Random) -> tuple[list[Message], str]:
-    """A view and a `move` call of the right shape in a random direction (no task information)."""
+    """A view and a move of the right shape in a random direction (no task information).
+
+    The reply is the short form of the action (a direction word), which a tiny model learns in
+    a few warm-up steps; larger models call the `move` tool.
+    """
     dx, dy = rng.randint(-3, 3), rng.randint(-3, 3)
     view = {"goal": [dx, dy], "mates": [[1, rng.randint(-2, 2), 1]], "heard": [], "at_goal": False}
-    call = '<tool_call>\n{"name": "move", "arguments": {"direction": "%s"}}\n</tool_call>'
     messages = [Message.system(TOOLS_SYSTEM), Message.user(describe(view))]
-    return messages, call % rng.choice(DIRECTIONS)
+    return messages, rng.choice(DIRECTIONS)
 
 
 environment = SandboxedEnvironment(

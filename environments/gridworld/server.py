@@ -1,6 +1,6 @@
 """One gridworld sandbox instance: a shared grid served over JSON lines on a TCP port.
 
-    python -S server.py --port PORT
+    python -S server.py --port PORT [--idle-exit SECONDS]
 
 Standard library only (it starts in a few milliseconds with `-S`). Each request is one JSON
 line; each answer is one JSON line, `{"ok": true, ...}` or `{"ok": false, "error": "..."}`.
@@ -104,6 +104,7 @@ class World:
 class Server:
     def __init__(self) -> None:
         self.world: World | None = None
+        self.last_request = asyncio.get_running_loop().time()
 
     def _world(self, request: dict[str, Any]) -> World:
         epoch = int(request["epoch"])
@@ -113,6 +114,7 @@ class Server:
         return self.world
 
     async def handle(self, request: dict[str, Any]) -> dict[str, Any]:
+        self.last_request = asyncio.get_running_loop().time()
         op = request.get("op")
         if op == "reset":
             self.world = None
@@ -176,10 +178,15 @@ class Server:
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--idle-exit", type=float, default=900.0)
     arguments = parser.parse_args()
-    server = await asyncio.start_server(Server().serve, "127.0.0.1", arguments.port)
+    world = Server()
+    server = await asyncio.start_server(world.serve, "127.0.0.1", arguments.port)
     async with server:
-        await server.serve_forever()
+        # An instance nobody talks to for this long was left behind (its runners and ledger are
+        # gone): exit rather than linger. A pool's health check then replaces it if needed.
+        while asyncio.get_running_loop().time() - world.last_request < arguments.idle_exit:
+            await asyncio.sleep(min(30.0, arguments.idle_exit / 4))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 // One minecraft_team sandbox instance: a flying-squid server (offline, superflat, 1.21.4) plus
 // a JSON-lines control port for the Python side.
 //
-//   node server.js --port GAME_PORT --world DIR
+//   node server.js --port GAME_PORT --world DIR [--idle-exit SECONDS]
 //
 // The game port speaks the Minecraft protocol (mineflayer bots connect there). The control port
 // is written to DIR/../control.json once both listen: {"game_port", "control_port"}. Each control
@@ -112,7 +112,16 @@ function joinTurn (username) {
   })
 }
 
+// An instance with no players and no control request for this long was left behind: exit.
+const idleExit = parseFloat(argument('idle-exit', '900')) * 1000
+let lastActivity = Date.now()
+setInterval(() => {
+  if (serv.players && serv.players.length > 0) lastActivity = Date.now()
+  if (Date.now() - lastActivity > idleExit) process.exit(0)
+}, 10000).unref()
+
 async function handle (request) {
+  lastActivity = Date.now()
   switch (request.op) {
     case 'join_turn':
       return await joinTurn(String(request.username))
