@@ -160,6 +160,14 @@ class Server:
             return world.outcome()
         raise ValueError(f"unknown op {op!r}")
 
+    async def idle(self, limit: float) -> None:
+        """Return once no request has come for `limit` seconds."""
+        loop = asyncio.get_running_loop()
+        idle = loop.time() - self.last_request
+        while idle < limit:  # noqa: ASYNC110 - a deadline that moves with each request
+            await asyncio.sleep(limit - idle)
+            idle = loop.time() - self.last_request
+
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while line := await reader.readline():
@@ -185,8 +193,7 @@ async def main() -> None:
     async with server:
         # An instance nobody talks to for this long was left behind (its runners and ledger are
         # gone): exit rather than linger. A pool's health check then replaces it if needed.
-        while asyncio.get_running_loop().time() - world.last_request < arguments.idle_exit:
-            await asyncio.sleep(min(30.0, arguments.idle_exit / 4))
+        await world.idle(arguments.idle_exit)
 
 
 if __name__ == "__main__":
