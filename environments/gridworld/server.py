@@ -164,7 +164,7 @@ class Server:
         """Return once no request has come for `limit` seconds."""
         loop = asyncio.get_running_loop()
         idle = loop.time() - self.last_request
-        while idle < limit:  # noqa: ASYNC110 - a deadline that moves with each request
+        while idle < limit:
             await asyncio.sleep(limit - idle)
             idle = loop.time() - self.last_request
 
