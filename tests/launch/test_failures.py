@@ -152,3 +152,54 @@ def test_the_summary_counts_failed_episodes_and_hints_commands_that_work_as_prin
     assert hints[0].startswith(f"next: uv run rollout up --run {name} --until-finished")
     assert f"next: uv run rollout runs show {name}" in hints
     assert all(line.startswith("next: uv run rollout ") for line in hints)
+
+
+@pytest.mark.parametrize(
+    ("env", "args", "expected"),
+    [
+        (
+            {"ROLLOUT_DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none"},
+            ["runs", "list"],
+            "cannot reach the database (ROLLOUT_DATABASE_URL): connection failed",
+        ),
+        (
+            {"ROLLOUT_DATABASE_URL": "garbage"},
+            ["runs", "list"],
+            "ROLLOUT_DATABASE_URL is not a PostgreSQL URL",
+        ),
+        (
+            {"ROLLOUT_STATE_DIR": "FILE", "ROLLOUT_DATABASE_URL": ""},
+            ["runs", "list"],
+            "Not a directory",
+        ),
+        (
+            {},
+            ["env", "check", "tests.launch.broken_env:Broken"],
+            "tests.launch.broken_env:Broken is a Task class, not an Environment: wrap it",
+        ),
+    ],
+)
+def test_errors_of_the_machine_or_the_settings_print_one_line_and_exit_2(
+    database_url: str, tmp_path: Path, env: dict[str, str], args: list[str], expected: str
+) -> None:
+    state_file = tmp_path / "a-file"
+    state_file.write_text("")
+    env = {key: str(state_file) if value == "FILE" else value for key, value in env.items()}
+    full = {
+        **os.environ,
+        "ROLLOUT_DATABASE_URL": database_url,
+        "ROLLOUT_STATE_DIR": str(tmp_path / "state"),
+        **env,
+    }
+    full = {key: value for key, value in full.items() if value}  # "": unset
+    result = subprocess.run(
+        [sys.executable, "-m", "rollout.cli", *args],
+        capture_output=True,
+        text=True,
+        env=full,
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and expected in lines[0], result.stderr

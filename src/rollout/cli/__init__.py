@@ -14,6 +14,8 @@ without a traceback, and exits 2. `--json` gives machine-readable output where i
 
 from __future__ import annotations
 
+import errno
+import os
 import sys
 
 import typer
@@ -51,8 +53,52 @@ app.command("monitor")(monitor.monitor)
 app.add_typer(sandboxes.sandboxes_app, name="sandboxes")
 
 
+QUIET_ENVIRONMENT = {
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+    "TRANSFORMERS_VERBOSITY": "error",
+    "TRANSFORMERS_NO_ADVISORY_WARNINGS": "1",
+    "TQDM_DISABLE": "1",
+}
+"""Set for this command and the roles it starts (unless already set): no progress bars or
+advisory lines from Hugging Face libraries in the terminal or the role logs."""
+
+
+def environment_error(error: BaseException) -> str | None:
+    """The one-line message for an error of the machine or the settings (not a bug), or None.
+
+    Example:
+        >>> environment_error(NotADirectoryError(20, "Not a directory", "/tmp/x/postgres"))
+        'Not a directory: /tmp/x/postgres (the state folder: ROLLOUT_STATE_DIR or .rollout/)'
+        >>> environment_error(ValueError("a bug")) is None
+        True
+    """
+    if isinstance(error, OSError) and error.errno == errno.EADDRINUSE:
+        return f"{error.strerror or error}: the port is in use; choose another with --port"
+    if isinstance(error, PermissionError | NotADirectoryError | FileExistsError):
+        return (
+            f"{error.strerror or error}: {error.filename} "
+            "(the state folder: ROLLOUT_STATE_DIR or .rollout/)"
+        )
+    module = type(error).__module__
+    if module.startswith("psycopg"):
+        first = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
+        where = (
+            "ROLLOUT_DATABASE_URL"
+            if os.environ.get("ROLLOUT_DATABASE_URL")
+            else "the embedded database"
+        )
+        name = type(error).__name__
+        if name == "OperationalError":
+            return f"cannot reach the database ({where}): {first}"
+        if "connection info" in first or "invalid dsn" in first.lower() or "conninfo" in first:
+            return f"{where} is not a PostgreSQL URL: {first}"
+    return None
+
+
 def main() -> None:
     """Entry point: user errors print as one line, without a traceback."""
+    for key, value in QUIET_ENVIRONMENT.items():
+        os.environ.setdefault(key, value)
     try:
         app()
     except RolloutError as error:
@@ -62,3 +108,9 @@ def main() -> None:
     except KeyboardInterrupt:
         err_console.print("interrupted")
         sys.exit(130)
+    except Exception as error:
+        message = environment_error(error)
+        if message is None:
+            raise
+        err_console.print(f"[red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+        sys.exit(2)

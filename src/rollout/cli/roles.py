@@ -15,6 +15,7 @@ def _role_logging() -> None:
     import logging
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.getLogger("pgserver").setLevel(logging.WARNING)  # ~400-character INFO lines
 
 
 def _serve_role(role: Any) -> None:

@@ -13,7 +13,7 @@ import sysconfig
 import traceback
 from pathlib import Path
 
-from rollout.harness.core import Environment
+from rollout.harness.core import Environment, Task
 from rollout.harness.errors import EnvironmentLoadError
 
 # Where a user's module did not go wrong: the platform, the standard library, installed
@@ -85,6 +85,13 @@ def as_environment(value: object, spec: str) -> Environment:
             ) from error
         if isinstance(produced, Environment):
             return produced
+    if inspect.isclass(value) and issubclass(value, Task):
+        module = spec.partition(":")[0]
+        raise EnvironmentLoadError(
+            f"{spec} is a Task class, not an Environment: wrap it, e.g. "
+            f"`environment = Environment(name=..., task={value.__name__}, parameters=...)` in "
+            f"{module}, and pass {module}:environment"
+        )
     raise EnvironmentLoadError(
         f"{spec} is {type(value).__name__}, not a rollout Environment (or a rolloutlib Env "
         f"class/factory with text or chat actions)"
