@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import shutil
 from pathlib import Path
 
 from rollout.blobs import BlobStore
@@ -116,8 +118,11 @@ class CheckpointServer:
             )
             await self.ledger.record_conversion(run.run_id, version, CONVERSION, uri)
         local = self.cache_dir / run.run_id / f"v{version}"
-        if not local.exists():
-            await asyncio.to_thread(self.blobs.get_dir, uri, local)
+        if not local.exists():  # download beside it, then rename: never a half folder
+            partial = local.with_name(f"{local.name}.partial-{os.getpid()}")
+            shutil.rmtree(partial, ignore_errors=True)
+            await asyncio.to_thread(self.blobs.get_dir, uri, partial)
+            partial.rename(local)
         return local
 
     async def close(self) -> None:

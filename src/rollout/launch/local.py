@@ -174,13 +174,14 @@ class LocalSupervisor:
             if spec is None or spec.training is None:
                 continue
             settings = await self.ledger.settings(run.run_id)
+            wanted = bool(settings.get("finished")) or await self._wanted(run, settings)
             # A run with an eval schedule has an evaluator until its last eval is scored.
-            if spec.training.evals and not settings.get("evaluated"):
+            if wanted and spec.training.evals and not settings.get("evaluated"):
                 self._ensure(f"evaluator-{run.name}", role_argv("evaluator", "--run", run.run_id))
                 evaluating = True
             else:
                 self._retire(f"evaluator-{run.name}")
-            if not settings.get("finished") and not await self._wanted(run, settings):
+            if not wanted:
                 for role in ("inference", "gateway", "trainer"):
                     self._retire(f"{role}-{run.name}")
                 continue
