@@ -2,7 +2,9 @@
 
 Every process reads the same three variables, in one place:
 
-- `ROLLOUT_STATE_DIR`: the state folder (default `.rollout` in the current folder). It holds the
+- `ROLLOUT_STATE_DIR`: the state folder; unset, the project's `.rollout` found the way git finds
+  `.git` (`find_state_dir`: the first folder up from the current one that holds `.rollout/` or
+  is a uv workspace's root, else the current folder). It holds the
   embedded Postgres (`postgres/`), the local blob store (`blobs/`), models built on demand
   (`models/`), per-process caches (`cache/`) and the supervisor's logs (`logs/`).
 - `ROLLOUT_DATABASE_URL`: an external Postgres; unset, the embedded one under the state folder.
@@ -17,6 +19,16 @@ Example:
     ('/srv/rollout', None, '/srv/rollout/blobs')
     >>> str(settings.models_dir)
     '/srv/rollout/models'
+
+    >>> import tempfile
+    >>> root = Path(tempfile.mkdtemp())
+    >>> _ = (root / "pyproject.toml").write_text("[tool.uv.workspace]")
+    >>> (root / "environments" / "parity").mkdir(parents=True)
+    >>> find_state_dir(root / "environments" / "parity") == root / ".rollout"
+    True
+    >>> (root / "environments" / ".rollout").mkdir()  # a state folder nearer wins
+    >>> find_state_dir(root / "environments" / "parity") == root / "environments" / ".rollout"
+    True
 """
 
 from __future__ import annotations
@@ -34,6 +46,25 @@ ENVIRONMENT_VARIABLES = (STATE_DIR_VAR, DATABASE_URL_VAR, BLOB_URL_VAR)
 DEFAULT_STATE_DIR = ".rollout"
 
 
+WORKSPACE_MARK = "[tool.uv.workspace]"
+
+
+def find_state_dir(start: Path) -> Path:
+    """The state folder for commands run in `start` (absolute): `.rollout` in the nearest folder
+    up from it that holds one or is a uv workspace's root; `start/.rollout` when none is."""
+    start = start.resolve()
+    for folder in (start, *start.parents):
+        if (folder / DEFAULT_STATE_DIR).is_dir():
+            return folder / DEFAULT_STATE_DIR
+        project = folder / "pyproject.toml"
+        try:
+            if project.is_file() and WORKSPACE_MARK in project.read_text(errors="replace"):
+                return folder / DEFAULT_STATE_DIR
+        except OSError:  # an unreadable file is not a workspace root
+            continue
+    return start / DEFAULT_STATE_DIR
+
+
 @dataclass(frozen=True)
 class Settings:
     """The platform's settings (see the module docstring)."""
@@ -49,7 +80,8 @@ class Settings:
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> Settings:
         """Read the settings from `environ` (default: `os.environ`)."""
         env = os.environ if environ is None else environ
-        state = Path(env.get(STATE_DIR_VAR) or DEFAULT_STATE_DIR).expanduser().resolve()
+        given = env.get(STATE_DIR_VAR)
+        state = Path(given).expanduser().resolve() if given else find_state_dir(Path(os.getcwd()))
         return cls(
             state_dir=state,
             database_url=env.get(DATABASE_URL_VAR) or None,

@@ -6,6 +6,7 @@
 - `roles`: the long-running roles (`inference`, `gateway`, `playground`, `trainer`, `runner`,
   `bridge`, `up`);
 - `train`: `rollout train`;
+- `state`: `rollout down` (stop the state folder's embedded Postgres);
 - `common`: consoles, shared options, running async work.
 
 Every command prints user errors (bad input, missing runs, broken environments) as one red line
@@ -21,7 +22,19 @@ import sys
 import typer
 from rich.markup import escape
 
-from rollout.cli import env, evals, models, monitor, presets, roles, runs, sandboxes, setup, train
+from rollout.cli import (
+    env,
+    evals,
+    models,
+    monitor,
+    presets,
+    roles,
+    runs,
+    sandboxes,
+    setup,
+    state,
+    train,
+)
 from rollout.cli.common import err_console
 from rollout.errors import RolloutError
 
@@ -51,6 +64,7 @@ app.add_typer(setup.setup_app, name="setup")
 app.command("evaluator")(evals.evaluator_role)
 app.command("monitor")(monitor.monitor)
 app.add_typer(sandboxes.sandboxes_app, name="sandboxes")
+app.command("down")(state.down)
 
 
 QUIET_ENVIRONMENT = {
@@ -99,6 +113,10 @@ def main() -> None:
     """Entry point: user errors print as one line, without a traceback."""
     for key, value in QUIET_ENVIRONMENT.items():
         os.environ.setdefault(key, value)
+    from rollout.settings import get_settings
+
+    folder = get_settings().state_dir
+    existed = folder.exists()
     try:
         app()
     except RolloutError as error:
@@ -114,3 +132,6 @@ def main() -> None:
             raise
         err_console.print(f"[red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
         sys.exit(2)
+    finally:
+        if not existed and folder.is_dir():  # say where the new state went
+            err_console.print(f"created the state folder {folder}", highlight=False, soft_wrap=True)
