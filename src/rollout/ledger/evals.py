@@ -16,7 +16,7 @@ once per (job, environment), all of a job's in one transaction.
   go through the ordinary seat methods, fenced by the claim's attempt;
 - `eval_seat_ends`, `record_eval_scores`, `eval_scores`.
 
-`EvalsMixin` is one concept of the `Ledger` facade: its methods use the facade's pool.
+`EvalsMixin` is one concept of the `Ledger` facade (a mixin of `LedgerConnection`).
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from psycopg import AsyncConnection
 from psycopg import errors as pg_errors
 from psycopg.rows import class_row, dict_row
 from psycopg.types.json import Jsonb
-from psycopg_pool import AsyncConnectionPool
 
+from rollout.ledger.connection import LedgerConnection
 from rollout.ledger.errors import InvalidInput, LedgerError, NotFound
 from rollout.ledger.records import SeatClaim
 
@@ -257,10 +257,8 @@ def _trigger(trigger: str) -> str:
     return trigger
 
 
-class EvalsMixin:
-    """The eval facts of the `Ledger` facade (uses the facade's connection pool)."""
-
-    _pool: AsyncConnectionPool[Any]
+class EvalsMixin(LedgerConnection):
+    """The eval facts of the `Ledger` facade."""
 
     async def register_eval_suite(
         self, name: str, version: str, content_hash: str, definition: dict[str, Any]
