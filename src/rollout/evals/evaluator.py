@@ -164,8 +164,10 @@ class Evaluator:
                 continue
             if until_idle:
                 return
+            # New requests notify 'episodes', due checkpoints 'checkpoints', a finished run
+            # 'settings'; not 'ends': a training run ends seats all the time.
             await self.ledger.wait(
-                ["episodes", "checkpoints", "ends", "settings"],
+                ["episodes", "checkpoints", "settings"],
                 self.idle_wait,
                 run_id=self.run_id,
             )
