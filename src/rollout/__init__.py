@@ -1,1 +1,3 @@
 """rollout: train language-model agents with asynchronous RL."""
+
+__version__ = "0.1.0"
