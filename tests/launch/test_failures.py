@@ -203,3 +203,27 @@ def test_errors_of_the_machine_or_the_settings_print_one_line_and_exit_2(
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and expected in lines[0], result.stderr
+
+
+async def test_episodes_list_marks_failed_episodes_and_lists_the_latest_ended_first(
+    ledger: Ledger, database_url: str, tmp_path: Path
+) -> None:
+    from rollout.monitor.queries import episode_rows, run_summaries
+
+    run_id = await _run(ledger, tmp_path, "listed")
+    await _failed_episodes(ledger, run_id, failed=2, completed=1)
+    never = [EpisodeSpec(1, member, {"number": "7"}, seed=member) for member in range(3)]
+    await ledger.add_episodes(run_id, never)  # added last, never played
+    rows = await episode_rows(ledger, run_id, 4)
+    assert [row["state"] for row in rows] == ["ended", "failed", "failed", "pending"]
+    assert rows[1]["error"] == "Broken.start raised RuntimeError: number 1"
+
+    listed = _rollout(database_url, tmp_path, "episodes", "list", "listed", "--limit", "4")
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.count("failed") >= 2 and "episodes show EPISODE" in listed.stdout
+
+    stopped = _rollout(database_url, tmp_path, "runs", "stop", "listed")
+    assert stopped.returncode == 0, stopped.stderr
+    assert "uv run rollout up --run listed --until-finished" in stopped.stdout
+    (summary,) = [row for row in await run_summaries(ledger) if row["run_id"] == run_id]
+    assert summary["state"] == "stopped"

@@ -109,6 +109,23 @@ def runs_resume(run: Annotated[str, typer.Argument(help="Run id or name.")]) -> 
     console.print(f"{_pause(run, paused=False)}: resumed")
 
 
+@runs_app.command("stop")
+def runs_stop(run: Annotated[str, typer.Argument(help="Run id or name.")]) -> None:
+    """Stop training a run: supervisors retire its roles; `rollout up --run RUN` resumes it."""
+
+    async def go(ledger: Ledger) -> str:
+        record = await ledger.get_run(run)
+        await ledger.set_setting(record.run_id, "status", "stopped")
+        return record.name
+
+    name = query(go)
+    console.print(
+        f"{name}: stopped; resume with `uv run rollout up --run {name} --until-finished`",
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
 @episodes_app.command("show")
 def episodes_show(
     episode: Annotated[str, typer.Argument(help="Episode id.")],
@@ -132,21 +149,29 @@ def episodes_list(
     limit: Annotated[int, typer.Option(min=1, help="How many.")] = 20,
     as_json: JsonFlag = False,
 ) -> None:
-    """The latest episodes of a run."""
+    """The latest episodes of a run, the most recently ended first; failed ones marked."""
     from rollout.monitor.queries import episode_rows
 
     rows = query(lambda ledger: episode_rows(ledger, run, limit))
     if as_json:
         print_json(rows)
         return
-    table = Table("episode", "group", "member", "seats ended", "reward", "turns")
+    table = Table("episode", "group", "member", "state", "seats ended", "reward", "turns")
     for row in rows:
+        state = row["state"]
         table.add_row(
             row["episode_id"],
             str(row["group_index"]),
             str(row["member"]),
+            f"[red]{state}[/]" if state == "failed" else state,
             f"{row['seats_ended']}/{row['agents']}",
             "-" if row["reward"] is None else f"{row['reward']:g}",
             str(row["turns"]),
         )
     console.print(table)
+    if any(row["state"] == "failed" for row in rows):
+        console.print(
+            "failed: `uv run rollout episodes show EPISODE` prints the error",
+            highlight=False,
+            soft_wrap=True,
+        )

@@ -92,6 +92,7 @@ class LocalSupervisor:
         self.processes: dict[str, ManagedProcess] = {}
         self._specs: dict[str, RunSpec | None] = {}
         self._failed: set[str] = set()
+        self._seen: set[str] = set()
         # Every role uses this ledger's database and these settings, whatever started it.
         env = {**os.environ, **settings.environ(ledger.url)}
         env.setdefault("PYTHONUNBUFFERED", "1")
@@ -146,7 +147,8 @@ class LocalSupervisor:
 
     async def _wanted(self, run: RunRecord, settings: dict[str, Any]) -> bool:
         """Whether an unfinished run should train: not failed (past the failure threshold), and
-        not stopped unless this supervisor was told to run it (`rollout up --run RUN`)."""
+        not stopped unless this supervisor was told to run it (`rollout up --run RUN`) and it was
+        stopped before this supervisor started."""
         status = settings.get("status")
         named = self.run_filter is not None
         error = await check_failures(self.ledger, run.run_id)
@@ -155,10 +157,13 @@ class LocalSupervisor:
                 self._failed.add(run.run_id)
                 log.error("run %s failed: %s", run.name, error)
             return False
+        first_look = run.run_id not in self._seen
+        self._seen.add(run.run_id)
         if status in STOPPED_STATUSES:
-            if not named:
+            # Resumed on purpose when named at start; stopped later (`rollout runs stop`): retired.
+            if not (named and first_look):
                 return False
-            await self.ledger.set_setting(run.run_id, "status", "running")  # resumed on purpose
+            await self.ledger.set_setting(run.run_id, "status", "running")
         return True
 
     async def reconcile(self) -> bool:

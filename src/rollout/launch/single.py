@@ -74,7 +74,8 @@ async def play_one_episode(spec: str, *, model: str = "scripted", seed: int = 0)
                 "status": end.status if end else "unknown",
                 "reward": end.reward if end else 0.0,
                 "error": end.error if end else None,
-                "turns": 0 if result is None else result.turns,
+                # The recorded model calls: an agent program calls the gateway itself.
+                "turns": sum(1 for turn in record.turns if turn.agent == claim.agent),
                 "messages": []
                 if result is None
                 else [

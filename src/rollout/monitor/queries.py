@@ -57,10 +57,29 @@ async def episode_detail(ledger: Ledger, episode_id: str) -> dict[str, Any]:
 
 
 async def episode_rows(ledger: Ledger, run: str, limit: int) -> list[dict[str, Any]]:
+    """The run's latest episodes, the most recently ended first (then those still playing or
+    never played), each with its state: 'failed' (a seat failed), 'ended', 'playing' or
+    'pending'."""
     record = await ledger.get_run(run)
+    # Recently added episodes are often not played yet: read more, order by when they ended.
+    episodes = await ledger.list_episodes(record.run_id, limit=limit * 4)
+
+    def ended_at(episode: Any) -> float:
+        return max((end.created_at for end in episode.ends), default=0.0)
+
+    episodes.sort(key=ended_at, reverse=True)
     rows = []
-    for episode in await ledger.list_episodes(record.run_id, limit=limit):
+    for episode in episodes[:limit]:
         completed = [e.reward for e in episode.ends if e.status == "completed"]
+        failed = [e for e in episode.ends if e.status == "failed"]
+        if failed:
+            state = "failed"
+        elif len(episode.ends) == episode.agents:
+            state = "ended"
+        elif episode.ends or any(seat.attempt > 0 for seat in episode.seats):
+            state = "playing"
+        else:
+            state = "pending"
         rows.append(
             {
                 "episode_id": episode.episode_id,
@@ -68,6 +87,10 @@ async def episode_rows(ledger: Ledger, run: str, limit: int) -> list[dict[str, A
                 "member": episode.member,
                 "agents": episode.agents,
                 "seats_ended": len(episode.ends),
+                "state": state,
+                "error": failed[0].error.strip().splitlines()[0]
+                if failed and failed[0].error
+                else None,
                 "reward": sum(completed) / len(completed) if completed else None,
                 "turns": len(episode.turns),
             }
@@ -78,6 +101,8 @@ async def episode_rows(ledger: Ledger, run: str, limit: int) -> list[dict[str, A
 def _run_state(settings: dict[str, Any]) -> str:
     if settings.get("finished"):
         return "finished"
+    if settings.get("status") in ("failed", "stopped"):
+        return str(settings["status"])
     if settings.get("paused"):
         return "paused"
     return "active"
