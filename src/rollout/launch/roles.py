@@ -95,7 +95,8 @@ async def _serving_backend(spec: RunSpec, work: Path) -> tuple[Any, Any, Any]:
         return backend, create_inference_app(backend, model=model), None
     from rollout.inference.local import LocalBackend
 
-    backend = LocalBackend(Path(model), device=spec.device)
+    dtype = spec.training.dtype if spec.training is not None else "float32"
+    backend = LocalBackend(Path(model), device=spec.device, dtype=dtype)
     return backend, create_inference_app(backend, model=model), None
 
 
