@@ -30,6 +30,7 @@ async def _scripted_run(ledger: Ledger) -> str:
     return run.run_id
 
 
+@pytest.mark.slow
 async def test_a_suite_is_scored_per_environment_on_the_checkpoint_asked_for(
     ledger: Ledger, blob_store: BlobStore
 ) -> None:
