@@ -222,6 +222,11 @@ async def test_episodes_list_marks_failed_episodes_and_lists_the_latest_ended_fi
     assert listed.returncode == 0, listed.stderr
     assert listed.stdout.count("failed") >= 2 and "episodes show EPISODE" in listed.stdout
 
+    shown = _rollout(database_url, tmp_path, "runs", "show", "listed", "--steps", "5")
+    assert shown.returncode == 0, shown.stderr
+    assert "{'" not in shown.stdout and "max_lag" in shown.stdout  # tables, not Python dicts
+    assert "wall s" in shown.stdout and "failed" in shown.stdout
+
     stopped = _rollout(database_url, tmp_path, "runs", "stop", "listed")
     assert stopped.returncode == 0, stopped.stderr
     assert "uv run rollout up --run listed --until-finished" in stopped.stdout

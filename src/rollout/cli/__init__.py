@@ -18,6 +18,7 @@ from __future__ import annotations
 import errno
 import os
 import sys
+from typing import Annotated
 
 import typer
 from rich.markup import escape
@@ -37,14 +38,43 @@ from rollout.cli import (
 )
 from rollout.cli.common import err_console
 from rollout.errors import RolloutError
+from rollout.settings import ENVIRONMENT_VARIABLES
 
 app = typer.Typer(
     name="rollout",
     help="Train language-model agents with asynchronous RL on long, multi-turn episodes.",
+    epilog=(
+        "Settings come from the environment: "
+        + ", ".join(ENVIRONMENT_VARIABLES)
+        + " (the state folder, default: the nearest .rollout/ up from here or the uv workspace's; "
+        "an external Postgres; a blob folder or s3:// URL)."
+    ),
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        print(f"rollout {version('rollout')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    show_version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    del show_version  # handled by its callback
+
+
 app.add_typer(env.env_app, name="env")
 app.add_typer(runs.runs_app, name="runs")
 app.add_typer(runs.episodes_app, name="episodes")

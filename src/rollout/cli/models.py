@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -24,6 +25,7 @@ def model_init(
     kv_heads: Annotated[int, typer.Option(min=1, help="Key/value heads.")] = 2,
     tokenizer: Annotated[str, typer.Option(help="'bytes' (byte-level BPE) or 'chars'.")] = "bytes",
     seed: Annotated[int, typer.Option(help="Initialisation seed.")] = 0,
+    force: Annotated[bool, typer.Option(help="Overwrite a folder that is not empty.")] = False,
 ) -> None:
     """Build a tiny random model of a real architecture, saved in the Hugging Face layout."""
     from rollout.models import init_model
@@ -32,6 +34,9 @@ def model_init(
         raise RolloutError(f"--arch must be {describe_names(ARCH_NAMES)}, got {arch!r}")
     if tokenizer not in ("bytes", "chars"):
         raise RolloutError(f"--tokenizer must be bytes or chars, got {tokenizer!r}")
+    folder = Path(out)
+    if folder.is_dir() and any(folder.iterdir()) and not force:
+        raise RolloutError(f"--out {out} is not empty; pass --force to overwrite it")
     path = init_model(
         out,
         name=name,

@@ -43,9 +43,13 @@ def runs_list(as_json: JsonFlag = False) -> None:
 
 @runs_app.command("show")
 def runs_show(
-    run: Annotated[str, typer.Argument(help="Run id or name.")], as_json: JsonFlag = False
+    run: Annotated[str, typer.Argument(help="Run id or name.")],
+    steps: Annotated[
+        int | None, typer.Option(min=0, metavar="N", help="Show only the last N steps.")
+    ] = None,
+    as_json: JsonFlag = False,
 ) -> None:
-    """A run's settings, train steps and checkpoints."""
+    """A run's settings, episode counts, train steps (all, or the last N) and checkpoints."""
     from rollout.monitor.queries import run_detail
 
     detail = query(lambda ledger: run_detail(ledger, run))
@@ -54,7 +58,7 @@ def runs_show(
         return
     from rollout.monitor.render import print_run
 
-    print_run(console, detail)
+    print_run(console, detail, steps)
 
 
 async def _set_settings(run: str, values: dict[str, Any]) -> str:

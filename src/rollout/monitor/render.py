@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
+import json
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 ROLE_STYLE = {"system": "magenta", "user": "cyan", "assistant": "green", "tool": "yellow"}
@@ -70,23 +73,39 @@ def print_episode(console: Console, episode: dict[str, Any]) -> None:
         )
 
 
-def print_run(console: Console, run: dict[str, Any]) -> None:
+def _key_values(title: str, values: dict[str, Any]) -> Table:
+    """A two-column table of a mapping (settings, episode counts): one row per key."""
+    table = Table(title=title, title_justify="left", show_header=False)
+    for key, value in values.items():
+        shown = value if isinstance(value, str) else json.dumps(value, default=str)
+        table.add_row(str(key), escape(shown))
+    return table
+
+
+def print_run(console: Console, run: dict[str, Any], steps: int | None = None) -> None:
+    """A run: its settings and episode counts as tables, then its last `steps` train steps (all
+    when None) with the wall time each took (since the step before)."""
     console.print(
         f"run [bold]{run['name']}[/] ({run['run_id']}): {run['environment']}, {run['state']}"
     )
-    console.print(f"settings: {run['settings']}")
-    console.print(f"episodes: {run['episodes']}")
+    console.print(_key_values("settings", run["settings"]))
+    console.print(_key_values("episodes", run["episodes"]))
     if run["serving"]:
         console.print(f"serving v{run['serving']['version']}; servers: {run['serving_acks']}")
-    table = Table("step", "reward", "loss", "lag", "episodes", "seconds")
-    for step in run["steps"][-20:]:
+    table = Table("step", "reward", "loss", "lag", "episodes", "wall s", "trainer s")
+    rows = run["steps"]
+    previous = {row["step"]: before for before, row in itertools.pairwise(rows)}
+    for step in rows if steps is None else rows[-steps:] if steps else []:
         m = step["metrics"]
+        before = previous.get(step["step"])
+        wall = "-" if before is None else f"{step['created_at'] - before['created_at']:.2f}"
         table.add_row(
             str(step["step"]),
             f"{m.get('reward', 0):.3f}",
             f"{m.get('loss', 0):+.4f}",
             f"{m.get('lag_mean', 0):.2f}",
             f"{m.get('episodes', 0):.0f}",
+            wall,
             f"{m.get('step_seconds', 0):.2f}",
         )
     console.print(table)
