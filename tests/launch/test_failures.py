@@ -232,3 +232,19 @@ async def test_episodes_list_marks_failed_episodes_and_lists_the_latest_ended_fi
     assert "uv run rollout up --run listed --until-finished" in stopped.stdout
     (summary,) = [row for row in await run_summaries(ledger) if row["run_id"] == run_id]
     assert summary["state"] == "stopped"
+
+
+async def test_progress_says_paused(ledger: Ledger, tmp_path: Path) -> None:
+    run_id = await _run(ledger, tmp_path, "paused")
+    await ledger.pause_run(run_id)
+    out = io.StringIO()
+    with pytest.raises(RolloutError, match="gone"):
+        await watch_training(
+            ledger,
+            TrainingProgress(run_id),
+            3,
+            Console(file=out, width=200),
+            stopped=lambda: "gone",
+            interval=0.01,
+        )
+    assert "paused: `uv run rollout runs resume RUN`" in out.getvalue()

@@ -67,6 +67,7 @@ class TrainingProgress:
     finished: bool = False
     error: str | None = None
     counts: dict[str, int] = field(default_factory=dict)
+    paused: bool = False
 
     @property
     def last_step(self) -> int:
@@ -79,6 +80,7 @@ class TrainingProgress:
         # the run finished, so a finished run's steps are all read by this same poll.
         settings = await ledger.settings(self.run_id)
         self.finished = bool(settings.get("finished"))
+        self.paused = bool(settings.get("paused"))
         if settings.get("status") == "failed":
             self.error = str(settings.get("error") or "the run failed")
         self.counts = await ledger.episode_counts(self.run_id)
@@ -119,13 +121,21 @@ async def watch_training(
         console=console,
         transient=False,
     )
-    bar = view.add_task("train", total=total_steps, status="starting roles...")
+    bar = view.add_task(
+        "train",
+        total=total_steps,
+        status="starting roles: loading the model, then the format warm-up...",
+    )
     with view:
         while True:
             new = await progress.poll(ledger)
             failed = progress.counts.get("failed", 0)
             line = status_line(progress.steps, failed)
-            if line is not None:
+            if progress.paused:  # the rate shown would be stale
+                view.update(
+                    bar, status="paused: `uv run rollout runs resume RUN` hands out episodes"
+                )
+            elif line is not None:
                 view.update(bar, completed=progress.last_step, status=line)
             elif new or failed:
                 view.update(
