@@ -27,17 +27,17 @@ from pathlib import Path
 OVERRIDES = [
     "model.init.alphabet=null",
     "model.init.vocab_size=160",
-    "groups_per_step=4",
     "runner_concurrency=32",
     "stop_at_reward=null",
+    "warmup_learning_rate=0.005",  # the long tools prompt needs a stronger format warm-up
 ]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--warmup-steps", type=int, default=60)
-    parser.add_argument("--window", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=80)
+    parser.add_argument("--warmup-steps", type=int, default=100)
+    parser.add_argument("--window", type=int, default=10)
     parser.add_argument("--set", action="append", default=[], dest="overrides")
     parser.add_argument("--state-dir", default=None, help="default: a new temporary folder")
     args = parser.parse_args()
@@ -54,7 +54,8 @@ def main() -> None:
         str(args.steps),
         "--json",
     ]
-    for override in [*OVERRIDES, f"warmup_steps={args.warmup_steps}", *args.overrides]:
+    overrides = [*OVERRIDES, "groups_per_step=8", f"warmup_steps={args.warmup_steps}"]
+    for override in [*overrides, *args.overrides]:
         command += ["--set", override]
     env = dict(os.environ, ROLLOUT_STATE_DIR=str(state))
     env.pop("ROLLOUT_DATABASE_URL", None)
