@@ -254,4 +254,5 @@ def tinker_sampling_backend(config: RunConfig) -> Any:
 
     if config.tinker is None:
         raise TrainingError("backend 'tinker' needs a tinker: block")
-    return TinkerSamplingBackend(service_client(config.tinker.base_url))
+    service = service_client(config.tinker.base_url)
+    return TinkerSamplingBackend(service, base_model=config.tinker.base_model)
