@@ -336,8 +336,13 @@ class Trainer:
         return True
 
     async def _publish_until_served(self, stop: asyncio.Event) -> None:
+        """Publish the newest checkpoint and wait (a minute at most) until a server says it
+        serves it: a run is finished only once its last checkpoint was served."""
         deadline = time.monotonic() + 60
+        latest = await self.ledger.latest_checkpoint(self.run_id)
         while not stop.is_set() and time.monotonic() < deadline:
             if await self._publish_serving(await self._renew()):
-                return
-            await self.ledger.wait("conversions", 1.0, run_id=self.run_id)
+                acks = await self.ledger.serving_acks(self.run_id)
+                if latest is None or max(acks.values(), default=-1) >= latest.version:
+                    return
+            await self.ledger.wait(["conversions", "serving_acks"], 1.0, run_id=self.run_id)
