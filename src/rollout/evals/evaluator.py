@@ -27,7 +27,7 @@ import secrets
 import socket
 import tempfile
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,13 +37,13 @@ from rollout.evals.members import member_environment
 from rollout.evals.serving import CheckpointServer, version_label
 from rollout.evals.stats import estimate
 from rollout.evals.suite import ResolvedSuite, resolve
-from rollout.harness.core import Environment, RunContext
+from rollout.harness.core import Environment
 from rollout.harness.errors import TaskError
 from rollout.harness.play import make_task, play_seat
 from rollout.ledger import EpisodeSpec, Ledger, RunRecord, SeatClaim, StaleFence
 from rollout.ledger.evals import EvalJob, EvalScore
 from rollout.net.client import TransportError
-from rollout.runners.client import GatewayClient
+from rollout.runners.client import GatewayClient, seat_completer, seat_context
 from rollout.training.config import RunSpec
 from rollout.training.errors import TrainingError
 
@@ -379,23 +379,9 @@ class Evaluator:
         position, _member = suite.member_of(claim.member)
         try:
             environment = self._environment(suite, position)
-            context = RunContext(
-                run_id=claim.run_id,
-                episode_id=claim.episode_id,
-                agent=claim.agent,
-                seed=claim.seed,
-                attempt=claim.attempt,
-                agents=claim.agents,
-                gateway_url=client.base_url,
-                api_key=claim.api_key,
-                logger=logging.getLogger(f"rollout.task.{environment.name}"),
-            )
+            context = seat_context(claim, client, environment)
             task = make_task(environment, claim.parameters)
-
-            async def complete(
-                messages: Sequence[Any], tools: Sequence[Any], sampling: Mapping[str, Any]
-            ) -> Any:
-                return await client.complete(claim.api_key, messages, tools, sampling)
+            complete = seat_completer(client, claim.api_key)
 
             return await play_seat(
                 environment, task, context, complete, self.sampling(suite, claim.member)

@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rollout.contracts import Message, ToolSpec
 from rollout.errors import RolloutError
+from rollout.harness.core import Environment, RunContext
+from rollout.harness.play import Complete
+from rollout.ledger import SeatClaim
 from rollout.net.client import JsonHttpClient, TransportError
 from rollout.rendering.openai import message_from_openai, message_to_openai, tool_to_openai
 
@@ -75,3 +79,29 @@ class GatewayClient:
 
     async def close(self) -> None:
         await self._http.close()
+
+
+def seat_context(claim: SeatClaim, client: GatewayClient, environment: Environment) -> RunContext:
+    """The `RunContext` of a claimed seat whose model calls go through `client`."""
+    return RunContext(
+        run_id=claim.run_id,
+        episode_id=claim.episode_id,
+        agent=claim.agent,
+        seed=claim.seed,
+        attempt=claim.attempt,
+        agents=claim.agents,
+        gateway_url=client.base_url,
+        api_key=claim.api_key,
+        logger=logging.getLogger(f"rollout.task.{environment.name}"),
+    )
+
+
+def seat_completer(client: GatewayClient, api_key: str) -> Complete:
+    """`play_seat`'s model: each call goes through the gateway with the seat's key."""
+
+    async def complete(
+        messages: Sequence[Message], tools: Sequence[ToolSpec], sampling: Mapping[str, Any]
+    ) -> Message:
+        return await client.complete(api_key, messages, tools, sampling)
+
+    return complete

@@ -27,20 +27,18 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from functools import partial
 from typing import Any
 
-from rollout.contracts import Message, ToolSpec
 from rollout.errors import RolloutError
-from rollout.harness.core import Environment, RunContext
+from rollout.harness.core import Environment
 from rollout.harness.errors import TaskError
 from rollout.harness.loading import load_environment
 from rollout.harness.play import SeatResult, make_task, play_seat
 from rollout.ledger import Ledger, SeatClaim, StaleFence
 from rollout.net.client import TransportError
-from rollout.runners.client import GatewayCallError, GatewayClient
+from rollout.runners.client import GatewayCallError, GatewayClient, seat_completer, seat_context
 from rollout.sandboxes import SandboxSeats, sandbox_pool
 
 log = logging.getLogger("rollout.runner")
@@ -236,23 +234,9 @@ class Runner:
             environment = await self.environment_for(claim.run_id)
             client = await self.client_for(claim.run_id)
             settings = await self.settings_for(claim.run_id)
-            context = RunContext(
-                run_id=claim.run_id,
-                episode_id=claim.episode_id,
-                agent=claim.agent,
-                seed=claim.seed,
-                attempt=claim.attempt,
-                agents=claim.agents,
-                gateway_url=client.base_url,
-                api_key=claim.api_key,
-                logger=logging.getLogger(f"rollout.task.{environment.name}"),
-            )
+            context = seat_context(claim, client, environment)
             task = make_task(environment, claim.parameters)
-
-            async def complete(
-                messages: Sequence[Message], tools: Sequence[ToolSpec], sampling: Mapping[str, Any]
-            ) -> Message:
-                return await client.complete(claim.api_key, messages, tools, sampling)
+            complete = seat_completer(client, claim.api_key)
 
             sampling = dict(settings.get("sampling") or {})
             pool = sandbox_pool(environment)
