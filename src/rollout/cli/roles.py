@@ -19,15 +19,23 @@ def _role_logging() -> None:
 
 
 def _serve_role(role: Any) -> None:
-    """Run an async role until SIGTERM/SIGINT."""
+    """Run an async role until SIGTERM/SIGINT or until the process that started it is gone
+    (`rollout.launch.owner`)."""
     import signal
+
+    from rollout.launch.owner import this_owner
 
     async def go() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        await role(stop)
+        # Started by `rollout train` or `rollout up`: stop when that owner dies, even by kill -9.
+        watcher = asyncio.create_task(this_owner().watch(stop))
+        try:
+            await role(stop)
+        finally:
+            watcher.cancel()
 
     _role_logging()
     run_async(go())

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from rollout.launch.failures import STOPPED_STATUSES, check_failures
+from rollout.launch.owner import owned_env
 from rollout.ledger import Ledger, RunRecord
 from rollout.net.server import free_port
 from rollout.settings import Settings
@@ -51,7 +52,11 @@ class ManagedProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         out = self.log_path.open("ab")
         self.process = subprocess.Popen(
-            self.argv, stdout=out, stderr=subprocess.STDOUT, env=self.env, start_new_session=True
+            self.argv,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=owned_env(self.env),  # the role stops when this supervisor dies, even by kill -9
+            start_new_session=True,
         )
         out.close()
         self.started_at = time.monotonic()

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from rollout.blobs import BlobStore
+from rollout.launch.failures import STOPPED_STATUSES
 from rollout.ledger import Ledger
 from rollout.settings import get_settings
 from rollout.training.config import RunSpec
@@ -186,11 +187,25 @@ async def bridge(stop: asyncio.Event) -> None:
 
 async def supervise(stop: asyncio.Event, *, runs: list[str] | None, until_finished: bool) -> None:
     from rollout.launch.local import LocalSupervisor
+    from rollout.launch.owner import this_owner
 
     ledger = await _connect()
     try:
         await LocalSupervisor(ledger, get_settings(), runs=runs, until_finished=until_finished).run(
             stop
         )
+        if this_owner().gone() and runs:
+            # `rollout train` died (kill -9) before marking its run: mark it, so plain `rollout
+            # up` leaves it alone and `rollout up --run RUN` resumes it on purpose.
+            await _mark_stopped(ledger, runs)
     finally:
         await ledger.close()
+
+
+async def _mark_stopped(ledger: Ledger, runs: list[str]) -> None:
+    for name in runs:
+        run = await ledger.get_run(name)
+        settings = await ledger.settings(run.run_id)
+        if not settings.get("finished") and settings.get("status") not in STOPPED_STATUSES:
+            await ledger.set_setting(run.run_id, "status", "stopped")
+            log.warning("run %s marked stopped: its owner is gone", run.name)

@@ -14,7 +14,8 @@ The steps, each in a module of its own:
 
 Ctrl-C, a hangup (the terminal closed) or SIGTERM stops the local roles and marks the run
 `status: stopped` (plain `rollout up` leaves it alone); it goes on with
-`uv run rollout up --run RUN --until-finished`. A run whose episodes mostly fail stops itself as
+`uv run rollout up --run RUN --until-finished`. A `kill -9` of this command stops the roles too
+(they watch their owner, `rollout.launch.owner`) and the run is marked stopped. A run whose episodes mostly fail stops itself as
 `failed` (`rollout.launch.failures`) and this command exits non-zero with the first error.
 """
 
@@ -40,6 +41,7 @@ from rollout.launch.evaluator import wait_for_evals
 from rollout.launch.local import role_argv
 from rollout.launch.model_folder import resolve_model
 from rollout.launch.new_run import create_run, run_name, training_config
+from rollout.launch.owner import owned_env
 from rollout.launch.presets import stored_preset
 from rollout.launch.progress import TrainingProgress, watch_training
 from rollout.launch.summary import print_summary, summarize
@@ -65,7 +67,8 @@ class LocalRoles:
                 role_argv("up", "--run", run.run_id, "--until-finished", "--launcher", launcher),
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
-                env={**os.environ, **settings.environ(database_url)},
+                # The roles stop when this command dies, even by kill -9 (launch.owner).
+                env=owned_env({**os.environ, **settings.environ(database_url)}),
                 start_new_session=True,  # Ctrl-C reaches this command only; it stops the roles
             )
         return cls(process, log_path)
