@@ -44,7 +44,8 @@ class MessagesRequest(CountTokensRequest):
 
 
 class _Message(Loose):
-    role: Literal["user", "assistant"]
+    # Mid-conversation system messages (Claude Code sends them after a user turn).
+    role: Literal["user", "assistant", "system"]
     content: str | list[Any]
 
 
@@ -103,6 +104,9 @@ def to_messages(system: str | list[Any] | None, items: list[Any]) -> list[Messag
     for i, raw in enumerate(items):
         where = loc("messages", i)
         msg = validate(_Message, expect_dict(raw, where), where)
+        if msg.role == "system":  # rendered in place by the chat template
+            out.append(Message.system(_text_blocks(msg.content, loc(where, "content"))))
+            continue
         if isinstance(msg.content, str):
             blocks: list[Any] = [{"type": "text", "text": msg.content}]
         else:

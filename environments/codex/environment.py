@@ -1,0 +1,80 @@
+"""Codex as the agent: `codex exec` creates a file in a scratch folder through the gateway.
+
+The Task runs the unmodified Codex CLI (pinned in tools/agents) once, non-interactively
+(`codex exec`), with a temporary `CODEX_HOME` whose config.toml names a model provider at the
+gateway (`wire_api = "responses"`, key from `ROLLOUT_API_KEY`: the seat's key), so every model
+call it makes is a recorded turn of the seat. Codex's own sandbox is off (the scratch folder is
+the task's; bubblewrap may be missing). Reward 1.0 when the folder holds the requested file with
+the requested content. With the scripted model, the script writes the file with Codex's
+`exec_command` tool (`claude_code.cli.scripted_file_reply`).
+
+    uv run rollout env check codex.environment:environment
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+from claude_code.cli import CliFileTask, file_parameters, find_cli, gateway_root
+
+from rollout.harness import Environment, RunContext
+
+CONFIG = """\
+model = "policy"
+model_provider = "rollout"
+check_for_update_on_startup = false
+
+[model_providers.rollout]
+name = "rollout gateway"
+base_url = "{base_url}"
+env_key = "ROLLOUT_API_KEY"
+wire_api = "responses"
+request_max_retries = 0
+stream_max_retries = 0
+
+[analytics]
+enabled = false
+
+[feedback]
+enabled = false
+"""
+
+
+class CodexFileTask(CliFileTask):
+    """One `codex exec` run that should create one file."""
+
+    cli_name = "codex"
+
+    def command(self, prompt: str, folder: Path, home: Path) -> list[str]:
+        return [
+            find_cli("codex", "CODEX_BIN"),
+            "exec",
+            "--skip-git-repo-check",
+            "--dangerously-bypass-approvals-and-sandbox",
+            "--cd",
+            str(folder),
+            prompt,
+        ]
+
+    def environment(self, run: RunContext, home: Path) -> dict[str, str]:
+        assert run.gateway_url is not None and run.api_key is not None
+        codex_home = home / ".codex"
+        codex_home.mkdir(exist_ok=True)
+        base_url = gateway_root(run.gateway_url) + "/v1"  # either URL form
+        (codex_home / "config.toml").write_text(CONFIG.format(base_url=base_url))
+        return {"CODEX_HOME": str(codex_home), "ROLLOUT_API_KEY": run.api_key}
+
+
+def draw_file(rng: random.Random) -> dict[str, Any]:
+    return file_parameters(rng.randrange(1 << 30))
+
+
+environment = Environment(
+    name="codex",
+    task=CodexFileTask,
+    parameters=draw_file,
+    group_size=2,
+    max_turns=1,
+)
