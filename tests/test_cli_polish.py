@@ -1,14 +1,23 @@
 """Issue 10, "output a person can read": --version, help that names the ROLLOUT_* variables and
-explains --max-lag, and `model init` that refuses to overwrite a folder."""
+explains --max-lag, help without `<bool>`, `<str>` or `{spec}`, and `model init` that refuses
+to overwrite a folder."""
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+import typer
+
+from rollout.cli import app
 from rollout.settings import ENVIRONMENT_VARIABLES
+from tests.cli_helpers import rollout
+
+CODE_LABELS = re.compile(r"<(bool|str|int|float|list\[str\])>|\{[a-z_]+\}")
 
 
 def _rollout(*args: str) -> subprocess.CompletedProcess[str]:
@@ -30,6 +39,29 @@ def test_version_and_help() -> None:
     train = _rollout("train", "--help")
     assert "--max-lag" in train.stdout and "optimizer steps older" in train.stdout
     assert "max_lag." not in train.stdout
+    assert "train [OPTIONS] SPEC" in train.stdout
+    assert not CODE_LABELS.search(train.stdout), CODE_LABELS.findall(train.stdout)
+
+
+def _commands(command: object, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    found = [path]
+    for name, sub in sorted(getattr(command, "commands", {}).items()):
+        found += _commands(sub, (*path, name))
+    return found
+
+
+@pytest.mark.slow
+def test_no_help_screen_shows_code_labels(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "200")
+    commands = _commands(typer.main.get_command(app))
+    assert ("runs", "show") in commands and len(commands) > 20
+    for path in commands:
+        code, out, err = rollout(capsys, *path, "--help")
+        assert code == 0, (path, err)
+        assert "Usage: rollout" in out, path
+        assert not CODE_LABELS.search(out), (path, CODE_LABELS.findall(out))
 
 
 def test_model_init_refuses_to_overwrite_a_folder_unless_forced(tmp_path: Path) -> None:

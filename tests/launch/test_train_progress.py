@@ -111,10 +111,16 @@ async def test_watch_follows_the_run_until_it_finishes(
     console = Console(file=out, width=200, force_terminal=False)
     progress = TrainingProgress(run_id)
     trainer = asyncio.create_task(train())
-    await asyncio.wait_for(watch_training(ledger, progress, 3, console, interval=0.05), 30)
+    await asyncio.wait_for(
+        watch_training(ledger, progress, 3, console, interval=0.05, max_lag=2), 30
+    )
     await trainer
     assert [s.step for s in progress.steps] == [0, 1, 2, 3] and progress.finished
     assert "step 3/3" in out.getvalue() and "reward 0.950" in out.getvalue()
+    # The lag is shown beside max_lag and explained once (issue 10: lag above max_lag).
+    assert "lag 1.00 (max_lag 2)" in out.getvalue()
+    assert out.getvalue().count("lag: how many steps older") == 1
+    assert "can pass max_lag" in " ".join(out.getvalue().split())
 
     summary = {"run_id": run_id, "name": "progress-test", "status": "finished", "seconds": 9.0}
     summary |= summarize(progress.steps, began=progress.steps[0].created_at)

@@ -37,8 +37,11 @@ from rollout.cli import (
     train,
 )
 from rollout.cli.common import err_console
+from rollout.cli.help import plain_help
 from rollout.errors import RolloutError
 from rollout.settings import ENVIRONMENT_VARIABLES
+
+plain_help()  # TEXT/INTEGER and no <bool> or {spec} (rollout.cli.help)
 
 app = typer.Typer(
     name="rollout",

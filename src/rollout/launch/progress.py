@@ -6,6 +6,12 @@ keeps for the whole run. `watch_training` shows it as a progress bar with the la
 loss, lag and episodes per second, waking on the ledger's `train_steps` and `settings`
 notifications (polling is the fallback), until the trainer marks the run finished.
 
+Lag is what `LAG_MEANS` says, printed once above the bar when the first step arrives: how many
+optimizer steps older than the checkpoint being trained the one that sampled each trained turn
+was. `max_lag` holds back when a turn may *begin*, not when it is trained: a long episode's
+early turns, or a group that waited in the queue, are trained a step or two later, so the mean
+can pass `max_lag` for a while.
+
 Example:
     >>> from rollout.ledger import TrainStepRecord
     >>> steps = [
@@ -16,6 +22,8 @@ Example:
     'reward 0.500  loss +0.2500  lag 0.00  4 episodes/s'
     >>> status_line(steps, failed=3)
     'reward 0.500  loss +0.2500  lag 0.00  4 episodes/s  3 failed'
+    >>> status_line(steps, max_lag=2)
+    'reward 0.500  loss +0.2500  lag 0.00 (max_lag 2)  4 episodes/s'
 """
 
 from __future__ import annotations
@@ -31,6 +39,12 @@ from rollout.ledger import Ledger, TrainStepRecord
 
 RATE_WINDOW = 5
 """Steps over which episodes per second are measured."""
+LAG_MEANS = (
+    "lag: how many steps older than the checkpoint being trained was the one that sampled each "
+    "trained turn (mean of the step). max_lag limits when a turn may begin; a long episode or a "
+    "queued group is trained a step or two later, so lag can pass max_lag for a while."
+)
+"""What the lag shown means, printed once above the progress bar."""
 
 
 def rl_steps(steps: Sequence[TrainStepRecord]) -> list[TrainStepRecord]:
@@ -38,9 +52,11 @@ def rl_steps(steps: Sequence[TrainStepRecord]) -> list[TrainStepRecord]:
     return [step for step in steps if step.step > 0]
 
 
-def status_line(steps: Sequence[TrainStepRecord], failed: int = 0) -> str | None:
-    """The latest RL step's reward, loss and lag, episodes per second over the last few, and
-    how many episodes failed (when any did)."""
+def status_line(
+    steps: Sequence[TrainStepRecord], failed: int = 0, max_lag: int | None = None
+) -> str | None:
+    """The latest RL step's reward, loss and lag (beside the run's `max_lag` when given),
+    episodes per second over the last few, and how many episodes failed (when any did)."""
     rl = rl_steps(steps)
     if not rl:
         return None
@@ -52,7 +68,9 @@ def status_line(steps: Sequence[TrainStepRecord], failed: int = 0) -> str | None
     rate = episodes / window if window > 0 else 0.0
     return (
         f"reward {last.get('reward', 0):.3f}  loss {last.get('loss', 0):+.4f}  "
-        f"lag {last.get('lag_mean', 0):.2f}  {rate:.0f} episodes/s"
+        f"lag {last.get('lag_mean', 0):.2f}"
+        + (f" (max_lag {max_lag})" if max_lag is not None else "")
+        + f"  {rate:.0f} episodes/s"
         + (f"  {failed} failed" if failed else "")
     )
 
@@ -97,6 +115,7 @@ async def watch_training(
     *,
     stopped: Callable[[], str | None] = lambda: None,
     interval: float = 0.5,
+    max_lag: int | None = None,
 ) -> TrainingProgress:
     """Show `progress` live until the run finishes.
 
@@ -107,6 +126,7 @@ async def watch_training(
         console: Where the bar is drawn.
         stopped: Why the processes that train the run stopped, or None while they run.
         interval: Seconds between polls when no notification arrives.
+        max_lag: The run's max_lag, shown beside the lag.
 
     Raises:
         RolloutError: the run failed (too many failed episodes: the first error), or `stopped`
@@ -126,11 +146,15 @@ async def watch_training(
         total=total_steps,
         status="starting roles: loading the model, then the format warm-up...",
     )
+    explained = False
     with view:
         while True:
             new = await progress.poll(ledger)
             failed = progress.counts.get("failed", 0)
-            line = status_line(progress.steps, failed)
+            line = status_line(progress.steps, failed, max_lag)
+            if line is not None and not explained:
+                view.console.print(LAG_MEANS, style="dim", highlight=False)
+                explained = True
             if progress.paused:  # the rate shown would be stale
                 view.update(
                     bar, status="paused: `uv run rollout runs resume RUN` hands out episodes"

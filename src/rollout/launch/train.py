@@ -15,8 +15,9 @@ The steps, each in a module of its own:
 Ctrl-C, a hangup (the terminal closed) or SIGTERM stops the local roles and marks the run
 `status: stopped` (plain `rollout up` leaves it alone); it goes on with
 `uv run rollout up --run RUN --until-finished`. A `kill -9` of this command stops the roles too
-(they watch their owner, `rollout.launch.owner`) and the run is marked stopped. A run whose episodes mostly fail stops itself as
-`failed` (`rollout.launch.failures`) and this command exits non-zero with the first error.
+(they watch their owner, `rollout.launch.owner`) and the run is marked stopped. A run whose
+episodes mostly fail stops itself as `failed` (`rollout.launch.failures`) and this command exits
+non-zero with the first error.
 """
 
 from __future__ import annotations
@@ -179,7 +180,14 @@ async def _train(
         interrupted = False
         try:
             with _hangup_stops(asyncio.current_task()):
-                await watch_training(ledger, progress, config.steps, console, stopped=roles.problem)
+                await watch_training(
+                    ledger,
+                    progress,
+                    config.steps,
+                    console,
+                    stopped=roles.problem,
+                    max_lag=config.max_lag,
+                )
                 if config.evals and progress.finished:  # the evaluator scores the last ones
                     await wait_for_evals(ledger, run, console, stopped=roles.problem)
         except asyncio.CancelledError:
