@@ -253,7 +253,9 @@ def test_async_criteria_are_graded_concurrently():
     assert score.value == 1.0
     # Each grader waits until the other has started, so sequential grading would time out;
     # both starting before either ends shows the two 100 ms calls overlapped (~100 ms total).
-    assert events == ["start a", "start b", "end a", "end b"]
+    # Which of the two equal sleeps ends first is up to the event loop.
+    assert events[:2] == ["start a", "start b"]
+    assert sorted(events[2:]) == ["end a", "end b"]
 
 
 def test_sync_score_also_runs_async_criteria_concurrently():

