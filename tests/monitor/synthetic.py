@@ -95,9 +95,10 @@ def fill(
         )
         conn.execute(
             """
-            INSERT INTO turns (episode_id, agent, attempt, turn_index, run_id, prompt_tokens,
+            INSERT INTO turns (episode_id, agent, attempt, turn_index, run_id, prompt_added,
                                completion_tokens, logprobs, version, stop_reason,
-                               extends_previous, started_at, ended_at, temperature, request)
+                               extends_previous, started_at, ended_at, temperature,
+                               request_added)
             SELECT e.episode_id, 0, 1, k, e.run_id,
                    array_fill(5, ARRAY[%(prompt)s + k]), array_fill(7, ARRAY[%(completion)s]),
                    array_fill(-0.25::float8, ARRAY[%(completion)s]),

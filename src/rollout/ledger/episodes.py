@@ -18,7 +18,7 @@ from rollout.contracts import Turn
 from rollout.ledger.connection import Conn, LedgerConnection, fetch_all
 from rollout.ledger.errors import NotFound
 from rollout.ledger.records import EpisodeRecord, SeatEnd, SeatState
-from rollout.ledger.turns import TURN_COLUMNS, turn_row
+from rollout.ledger.turn_storage import TURN_COLUMNS, rebuild, stored_row
 
 EPISODES: LiteralString = """
 SELECT episode_id, run_id, group_index, member, parameters, seed, agents, kind,
@@ -87,7 +87,8 @@ async def load_episodes(
         ends[end.episode_id].append(end)
     turns: dict[str, list[Turn]] = defaultdict(list)
     if with_turns:
-        for turn in await fetch_all(conn, turn_row, WINNING_TURNS, params):
+        # Every turn of each winning attempt: each row's previous turn is among them.
+        for turn in rebuild(await fetch_all(conn, stored_row, WINNING_TURNS, params)):
             turns[turn.episode_id].append(turn)
     return [
         EpisodeRecord(

@@ -12,8 +12,10 @@ joins the pending batch; when fewer than `max_in_flight` batches are being writt
 batch is written at once, and calls that arrive meanwhile form the next batch.
 
 `TurnsMixin` is the ledger's face of both (`record_turn`, `record_turns`) and of reading turns
-back (`seat_turns`, `last_turn`, `turns_for_run`); `TURN_COLUMNS` and `turn_row` are the one
-way a `Turn` is read from the `turns` table.
+back (`seat_turns`, `last_turn`, `turns_for_run`). A turn is stored against the previous turn of
+its seat attempt when that is known to be in the ledger (`rollout.ledger.turn_storage`): the
+mixin keeps the last turn of recently written or read seat attempts, and a batch holding several
+turns of one seat attempt is written in waves, one turn of each seat attempt per statement.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+from collections import defaultdict
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, LiteralString
 
@@ -29,50 +32,32 @@ from psycopg.rows import dict_row, kwargs_row
 
 from rollout.contracts import Turn
 from rollout.ledger.adapters import Float8s, Int4s
-from rollout.ledger.connection import LedgerConnection, Pool, fetch_all, fetch_one
+from rollout.ledger.connection import LedgerConnection, Pool, fetch_all
 from rollout.ledger.errors import InvalidInput, LedgerError, StaleFence
 from rollout.ledger.inputs import jsonb
 from rollout.ledger.seats import seat_not_found, seat_taken_over
+from rollout.ledger.turn_storage import (
+    INHERIT_SEPARATOR,
+    TURN_COLUMNS,
+    Row,
+    SeatKey,
+    Stored,
+    TurnCache,
+    TurnKey,
+    encode,
+    rebuild,
+    rebuild_reading,
+    row_of,
+    seat_key,
+    stored_row,
+    turn_key,
+)
 
 MAX_BATCH = 500
 
-TurnKey = tuple[str, int, int, int]
-Outcome = bool | LedgerError
+Outcome = bool | Exception
+"""A turn's answer: True (new), False (recorded before), or why it was not recorded."""
 
-
-def turn_key(turn: Turn) -> TurnKey:
-    return (turn.episode_id, turn.agent, turn.attempt, turn.index)
-
-
-def _turn(
-    *,
-    prompt_tokens: Sequence[int],
-    completion_tokens: Sequence[int],
-    logprobs: Sequence[float],
-    **columns: Any,
-) -> Turn:
-    return Turn(
-        prompt_tokens=tuple(prompt_tokens),
-        completion_tokens=tuple(completion_tokens),
-        logprobs=tuple(logprobs),
-        **columns,
-    )
-
-
-def _cursor_and_turn(*, seq: int, **columns: Any) -> tuple[int, Turn]:
-    return seq, _turn(**columns)
-
-
-turn_row = kwargs_row(_turn)
-"""Row factory: a row of `TURN_COLUMNS` as a `Turn` (arrays as tuples)."""
-
-
-# What a `Turn` is read from: every read of turns names the table `t`.
-TURN_COLUMNS: LiteralString = (
-    "t.episode_id, t.agent, t.attempt, t.turn_index AS index, t.prompt_tokens,"
-    " t.completion_tokens, t.logprobs, t.version, t.stop_reason, t.extends_previous,"
-    " t.started_at, t.ended_at, t.temperature, t.request"
-)
 SEAT_TURNS: LiteralString = (
     "SELECT " + TURN_COLUMNS + " FROM turns t"
     " WHERE t.episode_id = %(episode_id)s AND t.agent = %(agent)s AND t.attempt = %(attempt)s"
@@ -85,8 +70,9 @@ RUN_TURNS_SINCE: LiteralString = (
 )
 
 INSERT_COLUMNS: LiteralString = (
-    "(run_id, episode_id, agent, attempt, turn_index, prompt_tokens, completion_tokens, logprobs,"
-    " version, stop_reason, extends_previous, started_at, ended_at, temperature, request)"
+    "(run_id, episode_id, agent, attempt, turn_index, prompt_added, completion_tokens, logprobs,"
+    " version, stop_reason, extends_previous, started_at, ended_at, temperature, request_added,"
+    " prompt_prefix, messages_prefix, request_inherits)"
 )
 
 # One statement for any batch size (prepared once): the batch arrives as parallel arrays, the
@@ -99,10 +85,12 @@ WITH v AS (
         %(prompt_start)s::int4[], %(prompt_end)s::int4[], %(completion_start)s::int4[],
         %(completion_end)s::int4[], %(version)s::int4[], %(stop_reason)s::text[],
         %(extends_previous)s::bool[], %(started_at)s::float8[], %(ended_at)s::float8[],
-        %(temperature)s::float8[], %(request)s::jsonb[]
+        %(temperature)s::float8[], %(request)s::jsonb[], %(prompt_prefix)s::int4[],
+        %(messages_prefix)s::int4[], %(request_inherits)s::text[]
     ) WITH ORDINALITY AS v(episode_id, agent, attempt, turn_index, prompt_start, prompt_end,
                           completion_start, completion_end, version, stop_reason,
-                          extends_previous, started_at, ended_at, temperature, request, ord)
+                          extends_previous, started_at, ended_at, temperature, request,
+                          prompt_prefix, messages_prefix, request_inherits, ord)
 ), seat AS (
     SELECT s.episode_id, s.agent, s.run_id, s.attempt, s.done FROM seats s
     WHERE (s.episode_id, s.agent) IN (SELECT episode_id, agent FROM v)
@@ -116,7 +104,8 @@ WITH v AS (
            (%(completion_tokens)s::int4[])[v.completion_start:v.completion_end],
            (%(logprobs)s::float8[])[v.completion_start:v.completion_end],
            v.version, v.stop_reason, v.extends_previous, v.started_at, v.ended_at,
-           v.temperature, v.request
+           v.temperature, v.request, v.prompt_prefix, NULLIF(v.messages_prefix, -1),
+           string_to_array(v.request_inherits, E'\\x1f')
     FROM v JOIN seat ON seat.episode_id = v.episode_id AND seat.agent = v.agent
     WHERE seat.attempt = v.attempt AND NOT seat.done
     ORDER BY v.ord
@@ -150,7 +139,8 @@ WITH seat AS (
     SELECT seat.run_id, %(episode_id)s, %(agent)s, %(attempt)s, %(turn_index)s,
            %(prompt_tokens)s::int4[], %(completion_tokens)s::int4[], %(logprobs)s::float8[],
            %(version)s, %(stop_reason)s, %(extends_previous)s, %(started_at)s, %(ended_at)s,
-           %(temperature)s, %(request)s
+           %(temperature)s, %(request)s, %(prompt_prefix)s, %(messages_prefix)s,
+           %(request_inherits)s::text[]
     FROM seat WHERE seat.attempt = %(attempt)s AND NOT seat.done
     ON CONFLICT DO NOTHING
     RETURNING 1
@@ -165,13 +155,13 @@ FROM seat
 )
 
 
-def _single_params(turn: Turn) -> dict[str, Any]:
+def _single_params(turn: Turn, stored: Stored) -> dict[str, Any]:
     return {
         "episode_id": turn.episode_id,
         "agent": turn.agent,
         "attempt": turn.attempt,
         "turn_index": turn.index,
-        "prompt_tokens": Int4s(turn.prompt_tokens, "turn.prompt_tokens"),
+        "prompt_tokens": Int4s(stored.prompt_added, "turn.prompt_tokens"),
         "completion_tokens": Int4s(turn.completion_tokens, "turn.completion_tokens"),
         "logprobs": Float8s(turn.logprobs, "turn.logprobs"),
         "version": turn.version,
@@ -180,19 +170,22 @@ def _single_params(turn: Turn) -> dict[str, Any]:
         "started_at": float(turn.started_at),
         "ended_at": float(turn.ended_at),
         "temperature": float(turn.temperature),
-        "request": jsonb("turn.request", turn.request),
+        "request": jsonb("turn.request", stored.request_added),
+        "prompt_prefix": stored.prompt_prefix,
+        "messages_prefix": stored.messages_prefix,
+        "request_inherits": list(stored.request_inherits),
     }
 
 
-def _batch_params(turns: Sequence[Turn]) -> dict[str, Any]:
+def _batch_params(turns: Sequence[Turn], stored: Sequence[Stored]) -> dict[str, Any]:
     prompt_start: list[int] = []
     prompt_end: list[int] = []
     completion_start: list[int] = []
     completion_end: list[int] = []
     prompt_at = completion_at = 1
-    for turn in turns:
+    for turn, form in zip(turns, stored, strict=True):
         prompt_start.append(prompt_at)
-        prompt_at += len(turn.prompt_tokens)
+        prompt_at += len(form.prompt_added)
         prompt_end.append(prompt_at - 1)
         completion_start.append(completion_at)
         completion_at += len(turn.completion_tokens)
@@ -213,8 +206,13 @@ def _batch_params(turns: Sequence[Turn]) -> dict[str, Any]:
         "started_at": Float8s([t.started_at for t in turns], "turn.started_at"),
         "ended_at": Float8s([t.ended_at for t in turns], "turn.ended_at"),
         "temperature": Float8s([t.temperature for t in turns], "turn.temperature"),
-        "request": [jsonb("turn.request", t.request) for t in turns],
-        "prompt_tokens": Int4s(list(chain(t.prompt_tokens for t in turns)), "turn.prompt_tokens"),
+        "request": [jsonb("turn.request", f.request_added) for f in stored],
+        "prompt_prefix": Int4s([f.prompt_prefix for f in stored]),
+        "messages_prefix": Int4s(
+            [-1 if f.messages_prefix is None else f.messages_prefix for f in stored]
+        ),
+        "request_inherits": [INHERIT_SEPARATOR.join(f.request_inherits) for f in stored],
+        "prompt_tokens": Int4s(list(chain(f.prompt_added for f in stored)), "turn.prompt_tokens"),
         "completion_tokens": Int4s(
             list(chain(t.completion_tokens for t in turns)), "turn.completion_tokens"
         ),
@@ -251,12 +249,50 @@ def _outcome(turn: Turn, row: dict[str, Any] | None) -> Outcome:
     return False  # recorded before: a retry
 
 
-async def write_turns(conn: AsyncConnection[Any], turns: Sequence[Turn]) -> list[Outcome]:
+def _waves(turns: Sequence[Turn]) -> list[list[int]]:
+    """Positions of `turns` in waves: a seat attempt's turns go one per wave, by index, so
+    each is written after the one it is stored against."""
+    waves: list[list[int]] = []
+    seen: dict[SeatKey, int] = defaultdict(int)
+    for i in sorted(range(len(turns)), key=lambda i: (seat_key(turns[i]), turns[i].index)):
+        key = seat_key(turns[i])
+        if seen[key] == len(waves):
+            waves.append([])
+        waves[seen[key]].append(i)
+        seen[key] += 1
+    return waves
+
+
+async def _write_part(
+    conn: AsyncConnection[Any], turns: Sequence[Turn], stored: Sequence[Stored]
+) -> list[Outcome]:
+    if len(turns) == 1:
+        found = await fetch_all(conn, dict_row, WRITE_TURN, _single_params(turns[0], stored[0]))
+    else:
+        found = await fetch_all(conn, dict_row, WRITE_TURNS, _batch_params(turns, stored))
+    rows = {row["ord"]: row for row in found}  # ord counts from 1
+    return [_outcome(turn, rows.get(n + 1)) for n, turn in enumerate(turns)]
+
+
+async def write_turns(
+    conn: AsyncConnection[Any],
+    turns: Sequence[Turn],
+    known: dict[SeatKey, Turn] | None = None,
+    *,
+    isolate: bool = False,
+) -> list[Outcome]:
     """Write a batch (any size; split into statements of MAX_BATCH); one outcome per turn.
 
     A turn repeated within the batch is written once; its repeats get False, or the first
-    one's error.
+    one's error. `known` maps seat attempts to a turn known to be in the ledger (written, or
+    read); a turn is stored against turn `index - 1` when that is known, and each turn this
+    writes becomes known (give the caller's cache these only once they are committed).
+
+    With `isolate` (autocommit connections only), a statement that fails is retried one turn
+    at a time, and a turn that still fails gets its exception as its outcome; without, the
+    exception propagates.
     """
+    known = {} if known is None else known
     first: dict[TurnKey, int] = {}
     unique: list[Turn] = []
     for turn in turns:
@@ -264,15 +300,30 @@ async def write_turns(conn: AsyncConnection[Any], turns: Sequence[Turn]) -> list
         if key not in first:
             first[key] = len(unique)
             unique.append(turn)
-    outcomes: list[Outcome] = []
-    for start in range(0, len(unique), MAX_BATCH):
-        part = unique[start : start + MAX_BATCH]
-        if len(part) == 1:
-            found = await fetch_all(conn, dict_row, WRITE_TURN, _single_params(part[0]))
-        else:
-            found = await fetch_all(conn, dict_row, WRITE_TURNS, _batch_params(part))
-        rows = {row["ord"]: row for row in found}  # ord counts from 1
-        outcomes.extend(_outcome(turn, rows.get(i + 1)) for i, turn in enumerate(part))
+    outcomes: list[Outcome] = [False] * len(unique)
+    for wave in _waves(unique):
+        for start in range(0, len(wave), MAX_BATCH):
+            positions = wave[start : start + MAX_BATCH]
+            part = [unique[i] for i in positions]
+            stored = [encode(turn, known.get(seat_key(turn))) for turn in part]
+            found: list[Outcome]
+            try:
+                found = list(await _write_part(conn, part, stored))
+            except Exception as error:
+                if not isolate:
+                    raise
+                # One bad turn (say, a token id out of range) must not fail the others.
+                found = [error] if len(part) == 1 else []
+                for turn, form in zip(part, stored, strict=True) if len(part) > 1 else ():
+                    try:
+                        found.extend(await _write_part(conn, [turn], [form]))
+                    except Exception as single:
+                        found.append(single)
+            for i, turn, outcome in zip(positions, part, found, strict=True):
+                outcomes[i] = outcome
+                before = known.get(seat_key(turn))
+                if outcome is True and (before is None or before.index < turn.index):
+                    known[seat_key(turn)] = turn
     results: list[Outcome] = []
     seen: set[TurnKey] = set()
     for turn in turns:
@@ -361,20 +412,44 @@ class TurnWriter:
                 await asyncio.gather(*tasks, return_exceptions=True)
 
 
+def _cursor_and_row(*, seq: int, **columns: Any) -> tuple[int, Row]:
+    return seq, row_of(**columns)
+
+
+_cursor_row = kwargs_row(_cursor_and_row)
+
+
 class TurnsMixin(LedgerConnection):
     """Recording turns, fenced by seat attempt, and reading them back."""
 
     def __init__(self, pool: Pool, url: str) -> None:
         super().__init__(pool, url)
         self._writer = TurnWriter(self._write_batch)
+        self._last_turns = TurnCache()
 
     async def close(self) -> None:
         await self._writer.close()  # the batches being written first, then the pool
         await super().close()
 
+    def _known(self, turns: Sequence[Turn]) -> dict[SeatKey, Turn]:
+        known: dict[SeatKey, Turn] = {}
+        for turn in turns:
+            key = seat_key(turn)
+            if key not in known and (last := self._last_turns.get(key)) is not None:
+                known[key] = last
+        return known
+
+    def _remember(self, known: dict[SeatKey, Turn]) -> None:
+        for turn in known.values():
+            self._last_turns.put(turn)
+
     async def _write_batch(self, turns: Sequence[Turn]) -> list[Outcome]:
-        async with self._pool.connection() as conn:
-            return await write_turns(conn, turns)
+        known = self._known(turns)
+        try:
+            async with self._pool.connection() as conn:
+                return await write_turns(conn, turns, known, isolate=True)
+        finally:
+            self._remember(known)  # autocommit: what was written is committed
 
     async def record_turn(self, turn: Turn) -> bool:
         """Fenced by attempt; idempotent on (episode, agent, attempt, index). True if new.
@@ -403,24 +478,34 @@ class TurnsMixin(LedgerConnection):
             return []
         for turn in turns:
             validate_turn(turn)
-        async with self._pool.connection() as conn, conn.transaction():
-            outcomes = await write_turns(conn, turns)
-            for outcome in outcomes:
-                if isinstance(outcome, LedgerError):
-                    raise outcome  # rolls the transaction back
+        known = self._known(turns)
+        async with self._pool.connection() as conn:
+            async with conn.transaction():
+                outcomes = await write_turns(conn, turns, known)
+                for outcome in outcomes:
+                    if isinstance(outcome, Exception):
+                        raise outcome  # rolls the transaction back
+            self._remember(known)  # committed
         return [bool(outcome) for outcome in outcomes]
 
     async def seat_turns(self, episode_id: str, agent: int, attempt: int) -> list[Turn]:
         """The turns of one seat attempt, in order."""
         params = {"episode_id": episode_id, "agent": agent, "attempt": attempt}
         async with self._pool.connection() as conn:
-            return await fetch_all(conn, turn_row, SEAT_TURNS, params)
+            turns = rebuild(await fetch_all(conn, stored_row, SEAT_TURNS, params))
+        if turns:
+            self._last_turns.put(turns[-1])
+        return turns
 
     async def last_turn(self, episode_id: str, agent: int, attempt: int) -> Turn | None:
         """The latest turn of one seat attempt, or None before its first."""
         params = {"episode_id": episode_id, "agent": agent, "attempt": attempt}
         async with self._pool.connection() as conn:
-            return await fetch_one(conn, turn_row, LAST_TURN, params)
+            rows = await rebuild_reading(conn, await fetch_all(conn, stored_row, LAST_TURN, params))
+        if not rows:
+            return None
+        self._last_turns.put(rows[0])
+        return rows[0]
 
     async def turns_for_run(
         self, run_id: str, *, since: int = 0, limit: int = 1000
@@ -431,4 +516,7 @@ class TurnsMixin(LedgerConnection):
         """
         params = {"run_id": run_id, "since": since, "limit": limit}
         async with self._pool.connection() as conn:
-            return await fetch_all(conn, kwargs_row(_cursor_and_turn), RUN_TURNS_SINCE, params)
+            found = await fetch_all(conn, _cursor_row, RUN_TURNS_SINCE, params)
+            turns = await rebuild_reading(conn, [row for _, row in found])
+        cursors = [cursor for cursor, _ in found]
+        return list(zip(cursors, turns, strict=True))

@@ -161,7 +161,7 @@ async def episodes(
             sql.SQL(
                 "(e.episode_id = %(q)s OR e.parameters::text ILIKE %(pattern)s OR EXISTS ("
                 "SELECT 1 FROM turns t WHERE t.episode_id = e.episode_id"
-                " AND t.request::text ILIKE %(pattern)s))"
+                " AND t.request_added::text ILIKE %(pattern)s))"
             )
         )
     query = sql.SQL(
@@ -279,7 +279,7 @@ async def conversation(
     rows = await store.fetch(
         """
         SELECT t.turn_index, t.attempt, t.version, t.stop_reason, t.extends_previous,
-               t.started_at, t.ended_at, t.temperature, cardinality(t.prompt_tokens),
+               t.started_at, t.ended_at, t.temperature, t.prompt_length,
                cardinality(t.completion_tokens),
                (SELECT avg(v) FROM unnest(t.logprobs) v), t.request
         FROM turns t JOIN seats s ON s.episode_id = t.episode_id AND s.agent = t.agent
