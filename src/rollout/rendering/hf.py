@@ -5,6 +5,10 @@
 own output (`apply_chat_template(..., add_generation_prompt=True)`), tokenized without adding
 special tokens, so it is deterministic. Parsing reads Qwen/Hermes `<tool_call>` blocks; models
 with other tool-call formats get their calls back as text.
+
+A folder whose tokenizer is its `tokenizer.json` loads without transformers (and so without
+torch: `rollout.rendering.template`), which keeps the gateway's start-up short; other folders
+load through transformers' `AutoTokenizer`.
 """
 
 from __future__ import annotations
@@ -12,16 +16,19 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jinja2 import TemplateError
-from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from rollout.contracts import Message, ToolSpec
 from rollout.models.hf import turn_stop_ids
 from rollout.rendering.base import RenderError
 from rollout.rendering.openai import message_to_openai, tool_to_openai
+from rollout.rendering.template import TemplateTokenizer
 from rollout.rendering.toolcalls import ParsedCompletion, parse_text
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 
 class HFRenderer:
@@ -29,7 +36,7 @@ class HFRenderer:
 
     Args:
         source: A model folder (or anything `AutoTokenizer.from_pretrained` accepts), or a
-            loaded tokenizer.
+            loaded tokenizer (a transformers tokenizer or a `TemplateTokenizer`).
         stop_token_ids: Override the stop tokens (default: the template's end-of-turn token,
             then the ids in `generation_config.json`'s `eos_token_id`, then the tokenizer's
             eos token).
@@ -42,24 +49,21 @@ class HFRenderer:
 
     def __init__(
         self,
-        source: str | os.PathLike[str] | PreTrainedTokenizerBase,
+        source: str | os.PathLike[str] | PreTrainedTokenizerBase | TemplateTokenizer,
         *,
         stop_token_ids: Sequence[int] | None = None,
         keep_reasoning: bool = False,
     ) -> None:
         folder: Path | None = None
-        if isinstance(source, PreTrainedTokenizerBase):
+        self.tokenizer: Any
+        if not isinstance(source, (str, os.PathLike)):
             self.tokenizer = source
             name = getattr(source, "name_or_path", "")
             folder = Path(name) if name and Path(name).is_dir() else None
         else:
             folder = Path(source) if Path(source).is_dir() else None
-            try:
-                self.tokenizer = AutoTokenizer.from_pretrained(str(source))
-            except (OSError, ValueError) as exc:
-                raise RenderError(
-                    f"source {str(source)!r} has no loadable tokenizer: {exc}"
-                ) from exc
+            light = TemplateTokenizer.load(folder) if folder is not None else None
+            self.tokenizer = light if light is not None else _auto_tokenizer(source)
         template = self.tokenizer.chat_template
         if not isinstance(template, str) or not template:
             raise RenderError(f"source {str(source)!r}: the tokenizer has no chat template")
@@ -141,6 +145,16 @@ class HFRenderer:
             clean_up_tokenization_spaces=False,
         )
         return text if isinstance(text, str) else "".join(text)
+
+
+def _auto_tokenizer(source: str | os.PathLike[str]) -> Any:
+    # Imported here: transformers' tokenizers import torch, seconds of start-up.
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(str(source))
+    except (OSError, ValueError) as exc:
+        raise RenderError(f"source {str(source)!r} has no loadable tokenizer: {exc}") from exc
 
 
 def to_hf_message(message: Message) -> dict[str, Any]:
