@@ -53,6 +53,12 @@ def _roundtrip(store: BlobStore, tmp_path: Path) -> None:
     assert store.get_file("notes/f.bin", tmp_path / "g" / "f.bin").read_bytes() == b"\x00\x01"
     assert store.exists("notes/f.bin")
 
+    # Deleting frees the bytes and leaves nothing behind; a missing key frees none.
+    assert store.delete(key) >= len('{"tag": "b"}')
+    assert not store.exists(key) and store.list("runs/r1") == []
+    assert store.delete("notes/a.txt") == 5 and not store.exists("notes/a.txt")
+    assert store.delete("nothing/here") == 0
+
     assert not store.exists("nothing/here")
     with pytest.raises(BlobNotFound):
         store.read_bytes("nothing/here")

@@ -120,6 +120,10 @@ class BlobStore:
         """Keys of the files under `prefix` (recursively), relative to the root, sorted."""
         raise NotImplementedError
 
+    def delete(self, key: str) -> int:
+        """Remove the file or folder at `key` (a missing one is no error); return bytes freed."""
+        raise NotImplementedError
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.url!r})"
 
@@ -236,6 +240,21 @@ class LocalBlobStore(BlobStore):
     def exists(self, key: str) -> bool:
         return self.path(key).exists()
 
+    def delete(self, key: str) -> int:
+        target = self.path(key)
+        if target.is_file():
+            size = target.stat().st_size
+            target.unlink(missing_ok=True)
+            return size
+        if not target.is_dir():
+            return 0
+        size = sum(p.stat().st_size for p in target.rglob("*") if p.is_file())
+        # Renamed aside first, so a reader never sees a half-deleted folder as complete.
+        aside = self._temp_beside(target)
+        os.rename(target, aside)
+        shutil.rmtree(aside, ignore_errors=True)
+        return size
+
     def list(self, prefix: str = "") -> list[str]:
         base = self.path(prefix) if prefix else self.root
         if base.is_file():
@@ -323,6 +342,16 @@ class S3BlobStore(BlobStore):
             files.append({"path": relative, "size": path.stat().st_size})
         self.fs.pipe_file(marker, json.dumps({"files": files}).encode())
         return self.uri(key)
+
+    def delete(self, key: str) -> int:
+        target = self.path(key)
+        if not self.fs.exists(target):
+            return 0
+        size = int(self.fs.du(target))
+        with contextlib.suppress(FileNotFoundError):
+            self.fs.rm_file(f"{target}/{MARKER}")  # incomplete (never half-read) from here on
+        self.fs.rm(target, recursive=True)
+        return size
 
     def _manifest(self, key: str) -> list[dict[str, Any]]:
         marker = f"{self.path(key)}/{MARKER}"

@@ -44,7 +44,10 @@ class Bridge:
             if spec is None:
                 continue
             backends = [spec.backend]
+            deleted = set(settings.get("deleted_checkpoints") or [])  # training.retention
             for checkpoint in await self.ledger.checkpoints(run.run_id):
+                if checkpoint.version in deleted:
+                    continue
                 for backend in backends:
                     key = (run.run_id, checkpoint.version, backend)
                     if key in self._done:

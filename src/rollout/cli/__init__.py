@@ -6,7 +6,7 @@
 - `roles`: the long-running roles (`inference`, `gateway`, `playground`, `trainer`, `runner`,
   `bridge`, `up`);
 - `train`: `rollout train`;
-- `state`: `rollout down` (stop the state folder's embedded Postgres);
+- `state`: `rollout down` (stop the state folder's embedded Postgres), `rollout gc`;
 - `common`: consoles, shared options, running async work.
 
 Every command prints user errors (bad input, missing runs, broken environments) as one red line
@@ -98,6 +98,7 @@ app.command("evaluator")(evals.evaluator_role)
 app.command("monitor")(monitor.monitor)
 app.add_typer(sandboxes.sandboxes_app, name="sandboxes")
 app.command("down")(state.down)
+app.command("gc")(state.gc)
 
 
 QUIET_ENVIRONMENT = {

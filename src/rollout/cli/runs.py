@@ -52,13 +52,39 @@ def runs_show(
     """A run's settings, episode counts, train steps (all, or the last N) and checkpoints."""
     from rollout.monitor.queries import run_detail
 
-    detail = query(lambda ledger: run_detail(ledger, run))
+    async def read(ledger: Ledger) -> dict[str, Any]:
+        from rollout.training import retention
+
+        detail = await run_detail(ledger, run)
+        kept = await retention.plan(ledger, (await ledger.get_run(run)).run_id)
+        # Which checkpoints keep their files (training.retention); the others' are deleted.
+        detail["checkpoints_kept"] = kept.kept
+        detail["checkpoints_deleted"] = kept.deleted
+        return detail
+
+    detail = query(read)
     if as_json:
         print_json(detail)
         return
     from rollout.monitor.render import print_run
 
     print_run(console, detail, steps)
+    console.print(_retention_line(detail), highlight=False, soft_wrap=True)
+
+
+def _retention_line(detail: dict[str, Any]) -> str:
+    """Which checkpoints keep their files.
+
+    Example:
+        >>> _retention_line({"checkpoints_kept": [7, 8, 9], "checkpoints_deleted": [1, 2]})
+        'checkpoints kept: v7 v8 v9; files deleted by retention: v1 v2'
+    """
+    kept = " ".join(f"v{v}" for v in detail["checkpoints_kept"]) or "none"
+    line = f"checkpoints kept: {kept}"
+    if detail["checkpoints_deleted"]:
+        deleted = " ".join(f"v{v}" for v in detail["checkpoints_deleted"])
+        line += f"; files deleted by retention: {deleted}"
+    return line
 
 
 async def _set_settings(run: str, values: dict[str, Any]) -> str:
@@ -81,13 +107,37 @@ def runs_set(
         int | None,
         typer.Option("--max-lag", min=0, help="Turns begin only on versions >= newest - N."),
     ] = None,
+    keep_checkpoints: Annotated[
+        int | None,
+        typer.Option(
+            "--keep-checkpoints",
+            min=1,
+            metavar="N",
+            help="Keep the files of the last N checkpoints (default 3; older ones are deleted).",
+        ),
+    ] = None,
+    keep_version: Annotated[
+        list[int] | None,
+        typer.Option(
+            "--keep-version",
+            min=0,
+            metavar="V",
+            help="Also keep checkpoint V's files whatever its age (repeatable).",
+        ),
+    ] = None,
 ) -> None:
     """Change a run's settings mid-run (effective for turns that begin afterwards)."""
     values: dict[str, Any] = {}
     if max_lag is not None:
         values["max_lag"] = max_lag
+    if keep_checkpoints is not None:
+        values["keep_checkpoints"] = keep_checkpoints
+    if keep_version:
+        values["keep_versions"] = sorted(set(keep_version))
     if not values:
-        raise RolloutError("nothing to set: pass --max-lag N")
+        raise RolloutError(
+            "nothing to set: pass --max-lag N, --keep-checkpoints N or --keep-version V"
+        )
     run_id = run_async(_set_settings(run, values))
     console.print(f"{run_id}: " + ", ".join(f"{k} = {v}" for k, v in values.items()))
 
@@ -128,6 +178,35 @@ def runs_stop(run: Annotated[str, typer.Argument(help="Run id or name.")]) -> No
         highlight=False,
         soft_wrap=True,
     )
+
+
+@runs_app.command("delete")
+def runs_delete(
+    run: Annotated[str, typer.Argument(help="Run id or name.")],
+    yes: Annotated[bool, typer.Option("--yes", help="Do not ask for confirmation.")] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Delete a run: its facts in the ledger, its checkpoints and its caches (not undoable).
+
+    A run that may still be training is refused: `rollout runs stop RUN` first.
+    """
+    from rollout.blobs import BlobStore
+    from rollout.launch.gc import delete_run
+    from rollout.settings import get_settings
+
+    cache = get_settings().cache_dir
+    blobs = BlobStore.from_url()
+    # Checked (and measured) before asking: a refused run is refused without a prompt.
+    planned = query(lambda ledger: delete_run(ledger, blobs, cache, run, dry_run=True))
+    if not yes and not typer.confirm(
+        f"delete run {run} and {planned.bytes_freed / 1e6:.1f} MB of its files?"
+    ):
+        raise RolloutError("not deleted (pass --yes to skip the question)")
+    done = query(lambda ledger: delete_run(ledger, blobs, cache, run))
+    if as_json:
+        print_json({"run": run, **done.as_json()})
+        return
+    console.print(f"deleted run {run}: {done.bytes_freed / 1e6:.1f} MB freed", highlight=False)
 
 
 @episodes_app.command("show")

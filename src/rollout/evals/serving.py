@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import shutil
 from pathlib import Path
 
 from rollout.blobs import BlobStore
@@ -21,6 +19,7 @@ from rollout.bridges.convert import convert_checkpoint
 from rollout.evals.errors import EvalError
 from rollout.gateway.app import create_app
 from rollout.inference.base import InferenceBackend
+from rollout.inference.weights_cache import fetch, weights_folder
 from rollout.ledger import Ledger, NotFound, RunRecord
 from rollout.ledger.evals import BASE_VERSION
 from rollout.net.server import AppServer
@@ -117,13 +116,9 @@ class CheckpointServer:
                 convert_checkpoint, self.blobs, checkpoint.uri, CONVERSION
             )
             await self.ledger.record_conversion(run.run_id, version, CONVERSION, uri)
-        local = self.cache_dir / run.run_id / f"v{version}"
-        if not local.exists():  # download beside it, then rename: never a half folder
-            partial = local.with_name(f"{local.name}.partial-{os.getpid()}")
-            shutil.rmtree(partial, ignore_errors=True)
-            await asyncio.to_thread(self.blobs.get_dir, uri, partial)
-            partial.rename(local)
-        return local
+        # Shared with the run's inference server on this machine (inference.weights_cache).
+        folder = weights_folder(self.cache_dir, run.run_id, CONVERSION, version)
+        return await asyncio.to_thread(fetch, self.blobs, uri, folder)
 
     async def close(self) -> None:
         server, backend = self._server, self._backend

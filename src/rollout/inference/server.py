@@ -22,6 +22,7 @@ from rollout.blobs import BlobStore
 from rollout.contracts import SamplingParams
 from rollout.inference.base import InferenceBackend
 from rollout.inference.remote import completion_to_json
+from rollout.inference.weights_cache import fetch
 from rollout.ledger import Ledger
 
 log = logging.getLogger("rollout.inference")
@@ -94,9 +95,9 @@ class ServingFollower:
         if uri is None:
             log.warning("serving record v%s has no %r files", record.version, self.backend_name)
             return False
-        local = self.cache_dir / f"v{record.version}"
-        if not local.exists():
-            await asyncio.to_thread(self.blobs.get_dir, uri, local)
+        # Shared with the run's other roles on this machine (weights_cache), filled atomically.
+        folder = self.cache_dir / f"v{record.version}"
+        local = await asyncio.to_thread(fetch, self.blobs, uri, folder)
         await self.backend.load_weights(local, record.version)
         self.serving_version = record.version
         await self.ledger.ack_serving(self.run_id, self.server_id, record.version)

@@ -40,7 +40,7 @@ async def evaluator(
             evaluator_id=f"{name}-{os.getpid()}" if name else default_evaluator_id(),
             concurrency=concurrency,
             lease_seconds=lease_seconds,
-            cache_dir=get_settings().cache_dir / (run_id or "all") / f"evaluator-{os.getpid()}",
+            cache_dir=get_settings().cache_dir,  # shared per run (inference.weights_cache)
         )
         try:
             await worker.run(stop)

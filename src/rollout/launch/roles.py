@@ -44,6 +44,7 @@ async def advertise(ledger: Ledger, run_id: str, key: str, url: str) -> None:
 
 async def inference(stop: asyncio.Event, *, run: str, host: str, port: int) -> None:
     from rollout.inference.server import ServingFollower
+    from rollout.inference.weights_cache import backend_folder
     from rollout.net.server import AppServer
 
     ledger = await _connect()
@@ -61,7 +62,8 @@ async def inference(stop: asyncio.Event, *, run: str, host: str, port: int) -> N
             run_id=record.run_id,
             server_id=server.url,
             blobs=BlobStore.from_url(),
-            cache_dir=_cache(record.run_id, "inference"),
+            # One copy per run and machine, shared with its evaluator (inference.weights_cache).
+            cache_dir=backend_folder(get_settings().cache_dir, record.run_id, spec.backend),
             backend_name=spec.backend,
         )
         try:

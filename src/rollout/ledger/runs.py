@@ -4,6 +4,9 @@ A run is created once per name (`create_run` is idempotent on it) and looked up 
 Settings are facts too: `set_setting` appends a value and the latest value per key wins (the
 `current_settings` view). Roles read them: `max_lag` (the gateway's admission), `paused` and
 `finished` (no more seat claims), the addresses roles advertise.
+
+The ledger is append-only with one exception: `delete_run` removes every fact of one run, for
+`rollout runs delete` (the caller checks the run is not training).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import json
 import secrets
 from typing import Any, LiteralString
 
+from psycopg import sql
 from psycopg.rows import class_row
 
 from rollout.ledger.connection import LedgerConnection, fetch_all, fetch_one
@@ -43,6 +47,30 @@ WHERE (SELECT value FROM settings WHERE run_id = %(run)s AND key = %(key)s
 RETURNING true AS appended
 """
 RUN_SETTINGS: LiteralString = "SELECT key, value FROM current_settings WHERE run_id = %(run)s"
+# Every table that holds a run's facts, children before the tables their keys reference.
+RUN_TABLES: tuple[LiteralString, ...] = (
+    "seat_ends",
+    "turns",
+    "seat_claims",
+    "seats",
+    "episodes",
+    "consumed_groups",
+    "train_steps",
+    "serving_acks",
+    "serving",
+    "conversions",
+    "checkpoints",
+    "eval_scores",
+    "eval_request_jobs",
+    "eval_jobs",
+    "eval_requests",
+    "settings",
+)
+# A sandbox instance outlives the run that started it: it only forgets the run.
+FORGET_SANDBOXES: LiteralString = "UPDATE sandboxes SET run_id = NULL WHERE run_id = %(run)s"
+# Leases of a run are named `<role>:<run_id>` (the trainer's, the evaluators').
+DELETE_LEASES: LiteralString = "DELETE FROM leases WHERE name LIKE '%%:' || %(run)s"
+DELETE_RUN: LiteralString = "DELETE FROM runs WHERE run_id = %(run)s"
 
 
 class RunsMixin(LedgerConnection):
@@ -118,3 +146,25 @@ class RunsMixin(LedgerConnection):
         Returns False when the run's latest `paused` setting already says false.
         """
         return await self.set_setting(run_id, "paused", False)
+
+    async def delete_run(self, run_id: str) -> dict[str, int]:
+        """Delete every fact of the run in one transaction; return rows deleted per table.
+
+        Raises:
+            NotFound: no run has this id.
+        """
+        params = {"run": run_id}
+        deleted: dict[str, int] = {}
+        async with self._pool.connection() as conn, conn.transaction():
+            for table in RUN_TABLES:
+                query = sql.SQL("DELETE FROM {} WHERE run_id = %(run)s").format(
+                    sql.Identifier(table)
+                )
+                cursor = await conn.execute(query, params)
+                deleted[table] = cursor.rowcount
+            await conn.execute(FORGET_SANDBOXES, params)
+            deleted["leases"] = (await conn.execute(DELETE_LEASES, params)).rowcount
+            deleted["runs"] = (await conn.execute(DELETE_RUN, params)).rowcount
+            if not deleted["runs"]:
+                raise NotFound(f"run {run_id!r} not found")
+        return deleted

@@ -22,6 +22,7 @@ import asyncio
 import logging
 import os
 import random
+import shutil
 import socket
 import tempfile
 import time
@@ -35,6 +36,7 @@ from rollout.harness.loading import load_environment
 from rollout.harness.seeds import episode_seed
 from rollout.inference.vllm_serving import engines_asleep
 from rollout.ledger import CheckpointRecord, EpisodeSpec, GroupRecord, Lease, Ledger, ServingRecord
+from rollout.training import retention
 from rollout.training.advantages import AdvantageConfig
 from rollout.training.batch import segments_of_groups
 from rollout.training.config import EvalSchedule, RunConfig, RunSpec, require_available
@@ -281,6 +283,12 @@ class Trainer:
         for schedule in self.evals:  # scheduled evals: the evaluator role plays them
             if schedule.due(version):
                 await self.ledger.request_eval(self.run_id, schedule.suite, version)
+        # The local save was only the upload's source; old checkpoints' files go by retention.
+        await asyncio.to_thread(shutil.rmtree, local, True)
+        try:
+            await retention.apply(self.ledger, self.blobs, self.run_id)
+        except Exception:  # files left behind are `rollout gc`'s to delete, never a failed step
+            log.exception("checkpoint retention failed")
 
     async def _queue_groups(
         self, environment: Environment, config: RunConfig, group_size: int, version: int

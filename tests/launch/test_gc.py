@@ -1,0 +1,141 @@
+"""Issue 10, "state that does not pile up": checkpoint retention, `rollout runs delete` and
+`rollout gc`, on a real Postgres and a real blob folder, the commands run as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rollout.blobs import BlobStore
+from rollout.inference.weights_cache import fetch, weights_folder
+from rollout.ledger import CheckpointRecord, Ledger
+from rollout.training import retention
+from rollout.training.loop import checkpoint_uri
+
+WEIGHT_BYTES = 4096
+
+
+async def _train(ledger: Ledger, blobs: BlobStore, name: str, versions: int) -> str:
+    """A run with `versions` checkpoints (each with a `local` conversion) in the blob store."""
+    run = await ledger.create_run(name, "parity.environment:environment", {})
+    lease = await ledger.acquire_lease(f"trainer:{run.run_id}", "test-trainer")
+    for version in range(versions):
+        local = blobs.path("scratch") / f"v{version}"  # type: ignore[attr-defined]
+        local.mkdir(parents=True, exist_ok=True)
+        (local / "model.safetensors").write_bytes(bytes([version]) * WEIGHT_BYTES)
+        uri = blobs.put_dir(local, checkpoint_uri(run.run_id, version))
+        checkpoint = CheckpointRecord(run.run_id, version, version - 1 if version else None, uri,
+                                      "full", 0.0, {})  # fmt: skip
+        await ledger.record_train_step(lease, run.run_id, version, [], {}, checkpoint)
+        conversion = blobs.put_dir(local, checkpoint_uri(run.run_id, version) + "-local")
+        await ledger.record_conversion(run.run_id, version, "local", conversion)
+    blobs.delete("scratch")
+    return run.run_id
+
+
+async def test_retention_keeps_the_last_k_and_marked_and_records_the_rest(
+    ledger: Ledger, blob_store: BlobStore
+) -> None:
+    run_id = await _train(ledger, blob_store, "kept", versions=6)
+    await ledger.set_setting(run_id, "keep_versions", [1])
+    planned = await retention.plan(ledger, run_id)
+    assert (planned.kept, planned.to_delete) == ([1, 3, 4, 5], [0, 2])
+    assert await retention.apply(ledger, blob_store, run_id, dry_run=True) == 4 * WEIGHT_BYTES
+    assert blob_store.exists(checkpoint_uri(run_id, 0))  # a dry run deletes nothing
+    assert await retention.apply(ledger, blob_store, run_id) == 4 * WEIGHT_BYTES
+    for version in range(6):
+        assert blob_store.exists(checkpoint_uri(run_id, version)) == (version not in (0, 2))
+        assert blob_store.exists(checkpoint_uri(run_id, version) + "-local") == (
+            version not in (0, 2)
+        )
+    assert (await ledger.settings(run_id))["deleted_checkpoints"] == [0, 2]
+    assert await retention.apply(ledger, blob_store, run_id) == 0  # nothing more to let go
+    await ledger.set_setting(run_id, "keep_checkpoints", 1)
+    assert (await retention.plan(ledger, run_id)).to_delete == [3, 4]  # v1 marked, v5 newest
+
+
+def test_the_shared_weights_cache_keeps_one_copy(blob_store: BlobStore, tmp_path: Path) -> None:
+    source = tmp_path / "source"
+    source.mkdir()
+    (source / "model.safetensors").write_bytes(b"w" * 10)
+    uri = blob_store.put_dir(source, "runs/r/checkpoints/v000001-local")
+    folder = weights_folder(tmp_path / "cache", "r", "local", 1)
+    assert fetch(blob_store, uri, folder) == folder  # the inference server's
+    assert fetch(blob_store, uri, folder) == folder  # the evaluator's: found, not copied again
+    assert [p.name for p in folder.parent.iterdir()] == ["v1"]  # no partial copies left
+
+
+def _rollout(env: dict[str, str], *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "rollout.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        input=stdin,
+        timeout=120,
+    )
+
+
+@pytest.mark.slow  # a dozen `rollout` processes
+async def test_runs_delete_and_gc_free_the_files(
+    ledger: Ledger, database_url: str, tmp_path: Path
+) -> None:
+    state = tmp_path / "state"
+    blobs = BlobStore.from_url(str(state / "blobs"))
+    env = dict(
+        os.environ,
+        ROLLOUT_DATABASE_URL=database_url,
+        ROLLOUT_STATE_DIR=str(state),
+        ROLLOUT_BLOB_URL=str(state / "blobs"),
+        COLUMNS="200",
+    )
+    doomed = await _train(ledger, blobs, "doomed", versions=2)
+    kept = await _train(ledger, blobs, "kept", versions=5)
+    cache = state / "cache"
+    for run_id in (doomed, kept):
+        for version in range(2):
+            uri = checkpoint_uri(run_id, version) + "-local"
+            fetch(blobs, blobs.uri(uri), weights_folder(cache, run_id, "local", version))
+    dead = cache / kept / "trainer-999999999"  # a scratch folder of a process that is gone
+    dead.mkdir()
+    (dead / "scratch.bin").write_bytes(b"x" * 100)
+    (cache / "all" / "evaluator-1").mkdir(parents=True)  # an old per-process layout
+
+    refused = _rollout(env, "runs", "delete", "doomed", "--yes")
+    assert refused.returncode == 2 and "runs stop doomed" in refused.stderr
+    assert _rollout(env, "runs", "stop", "doomed").returncode == 0
+    unconfirmed = _rollout(env, "runs", "delete", "doomed", stdin="n\n")
+    assert unconfirmed.returncode != 0 and blobs.exists(checkpoint_uri(doomed, 0))
+
+    deleted = _rollout(env, "runs", "delete", "doomed", "--yes", "--json")
+    assert deleted.returncode == 0, deleted.stderr
+    freed = json.loads(deleted.stdout)["bytes_freed"]
+    assert freed == 2 * 2 * WEIGHT_BYTES + 2 * WEIGHT_BYTES  # blobs + its cached weights
+    assert blobs.list(f"runs/{doomed}") == [] and not (cache / doomed).exists()
+    gone = _rollout(env, "runs", "show", "doomed")
+    assert gone.returncode == 2 and "not found" in gone.stderr
+
+    dry = json.loads(_rollout(env, "gc", "--dry-run", "--json").stdout)
+    assert dry["checkpoints"] == {"kept": [0, 1]} and dry["dry_run"]
+    assert blobs.exists(checkpoint_uri(kept, 0))
+    collected = _rollout(env, "gc")
+    assert collected.returncode == 0, collected.stderr
+    assert "run kept: checkpoints past retention: v0 v1" in collected.stdout
+    expected = 2 * 2 * WEIGHT_BYTES + 2 * WEIGHT_BYTES + 100  # blobs, cached v0 v1, scratch
+    assert f"freed {expected / 1e6:.1f} MB ({expected} bytes)" in collected.stdout
+    assert not blobs.exists(checkpoint_uri(kept, 0)) and blobs.exists(checkpoint_uri(kept, 2))
+    assert not dead.exists() and not (cache / "all").exists()
+    assert not weights_folder(cache, kept, "local", 0).exists()
+    assert "freed 0.0 MB (0 bytes)" in _rollout(env, "gc").stdout  # nothing left to free
+
+    show = _rollout(env, "runs", "show", "kept", "--json")
+    detail = json.loads(show.stdout)
+    assert detail["checkpoints_kept"] == [2, 3, 4] and detail["checkpoints_deleted"] == [0, 1]
+    assert "checkpoints kept: v2 v3 v4; files deleted by retention: v0 v1" in " ".join(
+        _rollout(env, "runs", "show", "kept").stdout.split()
+    )
