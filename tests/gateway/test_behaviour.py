@@ -276,8 +276,9 @@ async def test_logprobs_in_chat_and_responses(serve: Serve) -> None:
         model="m", messages=[{"role": "user", "content": "hi"}], logprobs=True, top_logprobs=2
     )
     content = (chat.choices[0].logprobs and chat.choices[0].logprobs.content) or []
-    assert len(content) == n
-    assert "".join(item.token for item in content) == "The sum is 5."
+    # Every completion token has its logprob, the stop token too (a trainer needs it).
+    assert chat.usage is not None and len(content) == chat.usage.completion_tokens == n + 1
+    assert "".join(item.token for item in content) == "The sum is 5.<|im_end|>"
     assert all(item.logprob == 0.0 and len(item.top_logprobs) == 1 for item in content)
 
     stream = await oa.chat.completions.create(

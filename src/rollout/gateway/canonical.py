@@ -46,6 +46,27 @@ class TokenView:
 
 
 @dataclass(frozen=True)
+class StreamStart:
+    """A streamed turn is admitted and sampling: what the stream's first event says."""
+
+    prompt_tokens: int
+    created: float
+    version: int
+
+
+@dataclass(frozen=True)
+class StreamDelta:
+    """Reply text sent while the turn is still sampled, with the views of its tokens.
+
+    `positions` index the completion's tokens (the same positions as `TurnResult.tokens`).
+    """
+
+    text: str
+    positions: tuple[int, ...]
+    tokens: tuple[TokenView, ...]
+
+
+@dataclass(frozen=True)
 class TurnResult:
     """One answered (and recorded) model call.
 
@@ -65,6 +86,8 @@ class TurnResult:
     """The reply's text in streaming pieces, each with the positions of its tokens."""
     tokens: tuple[TokenView, ...]
     """Per-token views of the completion's tokens (the final stop token excluded)."""
+    stop_token: tuple[TokenView, ...] = ()
+    """The view of the stop token that ended the completion (empty when none did)."""
 
     @property
     def completion_tokens(self) -> int:

@@ -10,6 +10,7 @@ when `stream_options.include_usage` is set).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from pydantic import Field
@@ -18,8 +19,16 @@ from starlette.responses import JSONResponse, Response
 
 from rollout.contracts import SamplingParams
 from rollout.gateway import sse
-from rollout.gateway.core import MAX_TOKENS_LIMIT, CanonicalRequest, Gateway, TurnResult, new_id
-from rollout.gateway.errors import GatewayError
+from rollout.gateway.core import (
+    MAX_TOKENS_LIMIT,
+    CanonicalRequest,
+    Gateway,
+    TokenView,
+    TurnResult,
+    new_id,
+)
+from rollout.gateway.errors import GatewayError, error_body
+from rollout.gateway.streaming import LiveTurn, stream_response
 from rollout.gateway.wire import (
     INT64_MAX,
     INT64_MIN,
@@ -103,10 +112,9 @@ def render_response(result: TurnResult, req: ChatRequest, response_id: str) -> d
         message["tool_calls"] = [tool_call_to_openai(c) for c in reply.tool_calls]
     logprobs = None
     if req.logprobs or req.top_logprobs:
-        logprobs = {
-            "content": logprob_items(result.tokens, tuple(range(len(result.tokens)))),
-            "refusal": None,
-        }
+        # Every completion token, the stop token too: as many as usage.completion_tokens.
+        views = (*result.tokens, *result.stop_token)
+        logprobs = {"content": logprob_items(views, range(len(views))), "refusal": None}
     return {
         "id": response_id,
         "object": "chat.completion",
@@ -120,15 +128,17 @@ def render_response(result: TurnResult, req: ChatRequest, response_id: str) -> d
     }
 
 
-def render_stream(result: TurnResult, req: ChatRequest, response_id: str) -> bytes:
+async def stream_events(live: LiveTurn, req: ChatRequest, response_id: str) -> AsyncIterator[bytes]:
+    """The turn's chunks while it is sampled; the turn is recorded before the finish chunk."""
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
     want_logprobs = bool(req.logprobs or req.top_logprobs)
+    start = live.start
     base = {
         "id": response_id,
         "object": "chat.completion.chunk",
-        "created": int(result.created),
+        "created": int(start.created),
         "model": req.model,
-        "system_fingerprint": f"rollout-v{result.turn.version}",
+        "system_fingerprint": f"rollout-v{start.version}",
     }
 
     def chunk(delta: dict[str, Any], finish: str | None = None, logprobs: Any = None) -> bytes:
@@ -142,39 +152,40 @@ def render_stream(result: TurnResult, req: ChatRequest, response_id: str) -> byt
             payload["usage"] = None
         return sse.data_event(payload)
 
-    events = [chunk({"role": "assistant", "content": "", "refusal": None})]
-    covered: set[int] = set()
-    for piece, positions in result.pieces:
-        lp = None
-        if want_logprobs:
-            lp = {"content": logprob_items(result.tokens, positions), "refusal": None}
-            covered.update(positions)
-        events.append(chunk({"content": piece}, logprobs=lp))
-    rest = tuple(i for i in range(len(result.tokens)) if i not in covered)
+    def logprobs_of(views: Sequence[TokenView]) -> dict[str, Any] | None:
+        if not want_logprobs:
+            return None
+        return {"content": logprob_items(views, range(len(views))), "refusal": None}
+
+    yield chunk({"role": "assistant", "content": "", "refusal": None})
+    async for delta in live.deltas():
+        yield chunk({"content": delta.text}, logprobs=logprobs_of(delta.tokens))
+    result = live.result
+    text, positions = live.rest()
+    rest = [*(result.tokens[i] for i in positions), *result.stop_token]
+    if text:
+        yield chunk({"content": text}, logprobs=logprobs_of(rest))
+        rest = []
     for k, call in enumerate(result.reply.tool_calls):
-        lp = None
-        if want_logprobs and k == 0 and rest:
-            lp = {"content": logprob_items(result.tokens, rest), "refusal": None}
-            rest = ()
         head = {
             "index": k,
             "id": call.id,
             "type": "function",
             "function": {"name": call.name, "arguments": ""},
         }
-        events.append(chunk({"tool_calls": [head]}, logprobs=lp))
-        events.append(
-            chunk({"tool_calls": [{"index": k, "function": {"arguments": call.arguments}}]})
-        )
+        yield chunk({"tool_calls": [head]}, logprobs=logprobs_of(rest) if rest else None)
+        rest = []
+        yield chunk({"tool_calls": [{"index": k, "function": {"arguments": call.arguments}}]})
     if want_logprobs and rest:
-        events.append(
-            chunk({}, logprobs={"content": logprob_items(result.tokens, rest), "refusal": None})
-        )
-    events.append(chunk({}, finish=result.finish))
+        yield chunk({}, logprobs=logprobs_of(rest))
+    yield chunk({}, finish=result.finish)
     if include_usage:
-        events.append(sse.data_event({**base, "choices": [], "usage": _usage(result)}))
-    events.append(sse.DONE)
-    return sse.join(events)
+        yield sse.data_event({**base, "choices": [], "usage": _usage(result)})
+    yield sse.DONE
+
+
+def _error_event(err: GatewayError) -> bytes:
+    return sse.data_event(error_body(err, "openai"))
 
 
 async def handle(gateway: Gateway, request: Request) -> Response:
@@ -186,7 +197,8 @@ async def handle(gateway: Gateway, request: Request) -> Response:
     canonical = dataclasses.replace(
         canonical, record={"response_id": response_id, "stream": bool(req.stream)}
     )
-    result = await gateway.complete(info, canonical)
     if req.stream:
-        return sse.response(render_stream(result, req, response_id))
+        live = await LiveTurn(gateway.stream(info, canonical)).open()
+        return stream_response(stream_events(live, req, response_id), _error_event)
+    result = await gateway.complete(info, canonical)
     return JSONResponse(render_response(result, req, response_id))

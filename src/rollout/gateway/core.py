@@ -2,7 +2,8 @@
 
 `Gateway` authenticates keys, builds the prompt (`prompts`: reusing recorded tokens when the
 conversation repeats what this seat already sampled), asks the admission hook, samples, parses,
-and records the turn in the ledger (`recording`) before anything is answered. The pieces:
+and records the turn in the ledger (`recording`) before the answer (or a stream's final event)
+is sent. `Gateway.stream` sends the reply's text while it is sampled (`streaming`). The pieces:
 
 - `canonical`: `CanonicalRequest` (what an adapter makes of a request) and `TurnResult` (what
   it renders back);
@@ -17,7 +18,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 from rollout.contracts import (
@@ -34,17 +36,19 @@ from rollout.gateway.canonical import (
     MAX_TOKENS_LIMIT,
     CanonicalRequest,
     ProtocolName,
+    StreamDelta,
+    StreamStart,
     TokenView,
     TurnResult,
 )
 from rollout.gateway.errors import GatewayError
 from rollout.gateway.fingerprints import fingerprint
 from rollout.gateway.keys import KeyResolver, keys_from_headers
-from rollout.gateway.output import TokenText
+from rollout.gateway.output import LiveText, TokenText
 from rollout.gateway.prompts import PromptBuilder
 from rollout.gateway.recording import Recorder, TurnStore, request_record
 from rollout.gateway.seats import SeatCache
-from rollout.inference.base import InferenceBackend
+from rollout.inference.base import InferenceBackend, sample_stream
 from rollout.inference.direct import with_stop_ids
 from rollout.inference.remote import InferenceUnavailable
 from rollout.ledger import KeyInfo, LedgerError
@@ -154,34 +158,83 @@ class Gateway:
 
     # sampling
 
+    def _backend_error(self, exc: Exception) -> GatewayError:
+        """A backend's failure as a gateway error (503, 400 or 500)."""
+        if isinstance(exc, GatewayError):
+            return exc
+        if isinstance(exc, InferenceUnavailable):
+            return GatewayError(f"inference is unavailable: {exc}", kind="unavailable")
+        if isinstance(exc, RolloutError) and isinstance(exc, ValueError):
+            # A backend's BackendError: it names the request field it cannot serve.
+            return GatewayError(str(exc), code="backend_rejected")
+        log.error("backend %s failed", getattr(self.backend, "name", "?"), exc_info=exc)
+        return GatewayError(f"inference backend failed: {type(exc).__name__}: {exc}", kind="server")
+
     async def _sample(self, prompt: list[int], params: SamplingParams) -> Completion:
         """The backend's completion; its failures as gateway errors (503, 400 or 500)."""
         try:
             return await self.backend.sample(prompt, params)
-        except GatewayError:
-            raise
-        except InferenceUnavailable as exc:
-            raise GatewayError(f"inference is unavailable: {exc}", kind="unavailable") from exc
         except Exception as exc:
-            if isinstance(exc, RolloutError) and isinstance(exc, ValueError):
-                # A backend's BackendError: it names the request field it cannot serve.
-                raise GatewayError(str(exc), code="backend_rejected") from exc
-            log.exception("backend %s failed", getattr(self.backend, "name", "?"))
-            raise GatewayError(
-                f"inference backend failed: {type(exc).__name__}: {exc}", kind="server"
-            ) from exc
+            raise self._backend_error(exc) from exc
 
-    async def complete(self, info: KeyInfo, request: CanonicalRequest) -> TurnResult:
-        """Render, admit, sample, parse and record one turn; raises GatewayError."""
+    async def _prepare(self, info: KeyInfo, request: CanonicalRequest) -> _Prepared:
         started = time.time()
         prompt, base, prompt_text = await self.build_prompt(info, request.messages, request.tools)
         if self.admission is not None:
             await self.admission(info)
         params = with_stop_ids(request.params, self._stop_ids)
-        sample_started = time.time()
-        completion = await self._sample(prompt, params)
-        ended = time.time()
+        return _Prepared(started, prompt, base, prompt_text, params, time.time())
 
+    async def complete(self, info: KeyInfo, request: CanonicalRequest) -> TurnResult:
+        """Render, admit, sample, parse and record one turn; raises GatewayError."""
+        prepared = await self._prepare(info, request)
+        completion = await self._sample(prepared.prompt, prepared.params)
+        return await self._finish(info, request, prepared, completion, time.time())
+
+    async def stream(
+        self, info: KeyInfo, request: CanonicalRequest
+    ) -> AsyncIterator[StreamStart | StreamDelta | TurnResult]:
+        """Like `complete`, but the reply's text comes as `StreamDelta`s while it is sampled.
+
+        The first item is a `StreamStart` (the prompt is built and admitted), the last one the
+        `TurnResult`, yielded once the turn is recorded. Text that may turn out to be a tool
+        call, reasoning or a stop string is held back until the end (see `LiveText`).
+        """
+        prepared = await self._prepare(info, request)
+        yield StreamStart(len(prepared.prompt), prepared.started, self.backend.version)
+        live = LiveText(self.text, prepared.params, streaming=self._may_stream(prepared))
+        completion: Completion | None = None
+        try:
+            async for chunk in sample_stream(self.backend, prepared.prompt, prepared.params):
+                for delta in live.feed(chunk.tokens, chunk.logprobs, chunk.top_logprobs):
+                    yield delta
+                if chunk.completion is not None:
+                    completion = chunk.completion
+        except Exception as exc:
+            raise self._backend_error(exc) from exc
+        if completion is None:
+            raise GatewayError(
+                "inference backend ended a stream without a completion", kind="server"
+            )
+        yield await self._finish(info, request, prepared, completion, time.time())
+
+    def _may_stream(self, prepared: _Prepared) -> bool:
+        """Whether text can be sent before the reply is parsed whole."""
+        if prepared.params.stop:  # a client stop string may cut text already sampled
+            return False
+        # A prompt that opens a reasoning block makes the first text reasoning, not content.
+        return "<think>" not in self.text.renderer.decode(prepared.prompt[-4:])
+
+    async def _finish(
+        self,
+        info: KeyInfo,
+        request: CanonicalRequest,
+        prepared: _Prepared,
+        completion: Completion,
+        ended: float,
+    ) -> TurnResult:
+        """Parse and record the sampled completion; the result the adapters render."""
+        params = prepared.params
         completion, stop_sequence = self.text.cut_at_stop_string(completion, params.stop)
         parsed = self.renderer.parse(completion.tokens)
         if stop_sequence is not None and stop_sequence in parsed.text:
@@ -208,32 +261,46 @@ class Gateway:
             reply,
             finish=finish,
             stop_sequence=stop_sequence,
-            reused_turn=None if base is None else base.index,
-            queued_seconds=sample_started - started,
+            reused_turn=None if prepared.base is None else prepared.base.index,
+            queued_seconds=prepared.sample_started - prepared.started,
         )
         turn = await self.recorder.record(
             info,
-            prompt=prompt,
+            prompt=prepared.prompt,
             completion=completion,
             finish=finish,
             temperature=params.temperature,
-            started=started,
+            started=prepared.started,
             ended=ended,
             request=record,
-            prompt_text=prompt_text,
+            prompt_text=prepared.prompt_text,
         )
         body = self.text.body(completion)
+        views = self.text.views(completion, completion.tokens, params)
         return TurnResult(
             reply=reply,
             turn=turn,
             completion=completion,
             finish=finish,
             stop_sequence=stop_sequence,
-            prompt_tokens=len(prompt),
-            created=started,
+            prompt_tokens=len(prepared.prompt),
+            created=prepared.started,
             pieces=self.text.pieces(reply, body),
-            tokens=self.text.views(completion, body, params),
+            tokens=views[: len(body)],
+            stop_token=views[len(body) :],
         )
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """A turn ready to sample: its prompt (and the turn it reuses), settings and timings."""
+
+    started: float
+    prompt: list[int]
+    base: Turn | None
+    prompt_text: str | None
+    params: SamplingParams
+    sample_started: float
 
 
 __all__ = [
@@ -243,6 +310,8 @@ __all__ = [
     "Gateway",
     "LedgerLike",
     "ProtocolName",
+    "StreamDelta",
+    "StreamStart",
     "TokenView",
     "TurnResult",
     "fingerprint",

@@ -11,6 +11,7 @@ and `message_stop`. Stop reasons: `end_turn`, `max_tokens`, `tool_use`, `stop_se
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 from typing import Any, Literal
 
 from pydantic import Field
@@ -20,6 +21,8 @@ from starlette.responses import JSONResponse, Response
 from rollout.contracts import Message, SamplingParams, ToolCall, ToolSpec
 from rollout.gateway import sse
 from rollout.gateway.core import MAX_TOKENS_LIMIT, CanonicalRequest, Gateway, TurnResult, new_id
+from rollout.gateway.errors import GatewayError, error_body
+from rollout.gateway.streaming import LiveTurn, stream_response
 from rollout.gateway.wire import Loose, expect_dict, loc, read_json_object, unsupported, validate
 from rollout.rendering.openai import function_tool
 
@@ -104,7 +107,11 @@ def to_messages(system: str | list[Any] | None, items: list[Any]) -> list[Messag
     for i, raw in enumerate(items):
         where = loc("messages", i)
         msg = validate(_Message, expect_dict(raw, where), where)
-        if msg.role == "system":  # rendered in place by the chat template
+        if msg.role == "system":  # mid-conversation: rendered in place by the chat template
+            if i == 0:
+                raise unsupported(
+                    loc(where, "role"), "role of the first message (use `system`)", "system"
+                )
             out.append(Message.system(_text_blocks(msg.content, loc(where, "content"))))
             continue
         if isinstance(msg.content, str):
@@ -229,13 +236,16 @@ def render_response(result: TurnResult, req: MessagesRequest, message_id: str) -
     }
 
 
-def render_stream(result: TurnResult, req: MessagesRequest, message_id: str) -> bytes:
-    events: list[bytes] = []
+async def stream_events(
+    live: LiveTurn, req: MessagesRequest, message_id: str
+) -> AsyncIterator[bytes]:
+    """The turn's events while it is sampled; the turn is recorded before `message_delta`."""
 
-    def emit(name: str, payload: dict[str, Any]) -> None:
-        events.append(sse.named_event(name, {"type": name, **payload}))
+    def event(name: str, payload: dict[str, Any]) -> bytes:
+        return sse.named_event(name, {"type": name, **payload})
 
-    emit(
+    start = live.start
+    yield event(
         "message_start",
         {
             "message": {
@@ -246,40 +256,55 @@ def render_stream(result: TurnResult, req: MessagesRequest, message_id: str) -> 
                 "content": [],
                 "stop_reason": None,
                 "stop_sequence": None,
-                "usage": _usage(result, 1),
+                "usage": {**_usage(None, 1), "input_tokens": start.prompt_tokens},
             }
         },
     )
-    emit("ping", {})
+    yield event("ping", {})
+    text_block = {"index": 0, "content_block": {"type": "text", "text": ""}}
+    opened = False
+    async for delta in live.deltas():
+        if not opened:
+            yield event("content_block_start", text_block)
+            opened = True
+        yield event(
+            "content_block_delta", {"index": 0, "delta": {"type": "text_delta", "text": delta.text}}
+        )
+    result = live.result
+    rest, _ = live.rest()
+    if rest:
+        if not opened:
+            yield event("content_block_start", text_block)
+            opened = True
+        yield event(
+            "content_block_delta", {"index": 0, "delta": {"type": "text_delta", "text": rest}}
+        )
     index = 0
-    if result.reply.text:
-        emit("content_block_start", {"index": index, "content_block": {"type": "text", "text": ""}})
-        for piece, _ in result.pieces:
-            emit(
-                "content_block_delta",
-                {"index": index, "delta": {"type": "text_delta", "text": piece}},
-            )
-        emit("content_block_stop", {"index": index})
-        index += 1
+    if opened:
+        yield event("content_block_stop", {"index": 0})
+        index = 1
     for call in result.reply.tool_calls:
         block = {"type": "tool_use", "id": call.id, "name": call.name, "input": {}}
-        emit("content_block_start", {"index": index, "content_block": block})
+        yield event("content_block_start", {"index": index, "content_block": block})
         partial = json.dumps(call.parsed_arguments(), ensure_ascii=False)
-        emit(
+        yield event(
             "content_block_delta",
             {"index": index, "delta": {"type": "input_json_delta", "partial_json": partial}},
         )
-        emit("content_block_stop", {"index": index})
+        yield event("content_block_stop", {"index": index})
         index += 1
-    emit(
+    yield event(
         "message_delta",
         {
             "delta": {"stop_reason": _stop_reason(result), "stop_sequence": result.stop_sequence},
             "usage": {"output_tokens": result.completion_tokens},
         },
     )
-    emit("message_stop", {})
-    return sse.join(events)
+    yield event("message_stop", {})
+
+
+def _error_event(err: GatewayError) -> bytes:
+    return sse.named_event("error", error_body(err, "anthropic"))
 
 
 async def handle(gateway: Gateway, request: Request) -> Response:
@@ -288,9 +313,10 @@ async def handle(gateway: Gateway, request: Request) -> Response:
     body = await read_json_object(request)
     message_id = new_id("msg_")
     canonical, req = to_canonical(body, gateway, message_id)
-    result = await gateway.complete(info, canonical)
     if req.stream:
-        return sse.response(render_stream(result, req, message_id))
+        live = await LiveTurn(gateway.stream(info, canonical)).open()
+        return stream_response(stream_events(live, req, message_id), _error_event)
+    result = await gateway.complete(info, canonical)
     return JSONResponse(render_response(result, req, message_id))
 
 

@@ -5,6 +5,7 @@
 - `pieces`: the reply's text split into per-token streaming pieces when the tokens spell it
   exactly (a character split across tokens waits for its last token); otherwise one piece.
 - `token_views`: each token's text and logprob, and its most likely alternatives when asked.
+- `LiveText`: the reply's text while it is sampled, in the pieces that are safe to send early.
 
 Token texts are cached: decoding one token at a time is most of the cost of streaming.
 """
@@ -15,7 +16,7 @@ import math
 from collections.abc import Sequence
 
 from rollout.contracts import Completion, Message, SamplingParams
-from rollout.gateway.canonical import TokenView
+from rollout.gateway.canonical import StreamDelta, TokenView
 from rollout.rendering.base import Renderer
 
 MAX_CACHED_TOKENS = 500_000
@@ -132,3 +133,83 @@ class TokenText:
             )
             for i, t in enumerate(body)
         )
+
+
+class LiveText:
+    """The reply's text while it is sampled, in the pieces that can be sent before parsing.
+
+    Text is held back from the first `<` on (a tool call or a reasoning block may start there,
+    and only the parsed reply says what it is) and while it ends in whitespace (a tool call
+    takes the newline before it); a character split across tokens waits for its last token.
+    With `streaming=False` everything is held: the reply comes whole from the `TurnResult`.
+    What was sent is always a prefix of the parsed reply's text.
+
+    Args:
+        text: the token texts of the served model.
+        params: the request's sampling settings (`top_logprobs` alternatives per token).
+        streaming: whether anything may be sent before the end.
+    """
+
+    def __init__(self, text: TokenText, params: SamplingParams, *, streaming: bool) -> None:
+        self._text = text
+        self._want = params.top_logprobs
+        self._open = streaming
+        self._stops = frozenset(text.stop_ids)
+        self._position = 0
+        self._group: list[tuple[int, int, TokenView]] = []
+        self._pending: list[StreamDelta] = []
+        self.sent = ""
+        """The text sent so far."""
+
+    def feed(
+        self,
+        tokens: Sequence[int],
+        logprobs: Sequence[float],
+        top: Sequence[dict[int, float]] = (),
+    ) -> list[StreamDelta]:
+        """The pieces that can be sent now that `tokens` were sampled."""
+        if not self._open:
+            return []
+        for k, token in enumerate(tokens):
+            position = self._position
+            self._position += 1
+            if token in self._stops:
+                self._open = False
+                break
+            view = TokenView(
+                token=self._text.token(token),
+                logprob=finite(logprobs[k]) if k < len(logprobs) else 0.0,
+                top=tuple(
+                    (self._text.token(tid), finite(lp))
+                    for tid, lp in sorted(top[k].items(), key=lambda kv: -kv[1])[: self._want]
+                )
+                if self._want and k < len(top)
+                else (),
+            )
+            self._group.append((position, token, view))
+            if len(self._group) == 1:
+                piece = view.token
+            else:
+                piece = self._text.renderer.decode([t for _, t, _ in self._group])
+            if piece.endswith("\ufffd"):
+                continue  # a character split across tokens: wait for the rest
+            group, self._group = self._group, []
+            if "<" in piece:
+                self._open = False
+                break
+            self._pending.append(
+                StreamDelta(
+                    text=piece,
+                    positions=tuple(p for p, _, _ in group),
+                    tokens=tuple(v for _, _, v in group),
+                )
+            )
+        if not self._pending:
+            return []
+        if self._pending[-1].text[-1:].isspace() or not self._pending[-1].text:
+            ready, self._pending = self._pending[:-1], self._pending[-1:]
+        else:
+            ready, self._pending = self._pending, []
+        ready = [d for d in ready if d.text]
+        self.sent += "".join(d.text for d in ready)
+        return ready

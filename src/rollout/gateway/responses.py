@@ -16,6 +16,7 @@ when `max_output_tokens` cut the reply).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import AsyncIterator
 from typing import Any
 
 from pydantic import Field
@@ -25,8 +26,9 @@ from starlette.responses import JSONResponse, Response
 from rollout.contracts import Message, SamplingParams, ToolCall, ToolSpec
 from rollout.gateway import sse
 from rollout.gateway.core import MAX_TOKENS_LIMIT, CanonicalRequest, Gateway, TurnResult, new_id
-from rollout.gateway.errors import GatewayError
+from rollout.gateway.errors import GatewayError, error_body
 from rollout.gateway.recording import load_messages
+from rollout.gateway.streaming import LiveTurn, stream_response
 from rollout.gateway.wire import (
     INT64_MAX,
     INT64_MIN,
@@ -323,58 +325,91 @@ def render_response(result: TurnResult, req: ResponsesRequest, ids: _Ids) -> dic
     )
 
 
-def render_stream(result: TurnResult, req: ResponsesRequest, ids: _Ids) -> bytes:
+async def stream_events(
+    live: LiveTurn, req: ResponsesRequest, response_id: str
+) -> AsyncIterator[bytes]:
+    """The response's events while it is sampled; the turn is recorded before the final one."""
     want = _want_logprobs(req)
-    status = _status(result)
-    events: list[bytes] = []
+    sequence = 0
 
-    def emit(name: str, payload: dict[str, Any]) -> None:
-        events.append(
-            sse.named_event(name, {"type": name, "sequence_number": len(events), **payload})
+    def event(name: str, payload: dict[str, Any]) -> bytes:
+        nonlocal sequence
+        sequence += 1
+        return sse.named_event(name, {"type": name, "sequence_number": sequence - 1, **payload})
+
+    message_id = new_id("msg_")
+    created = live.start.created
+    start = _response_object(
+        None, req, _Ids(response_id, message_id, ()), created, [], "in_progress"
+    )
+    yield event("response.created", {"response": start})
+    yield event("response.in_progress", {"response": start})
+    common = {"item_id": message_id, "output_index": 0, "content_index": 0}
+    opened = False
+
+    def open_message() -> list[bytes]:
+        item = {
+            "type": "message",
+            "id": message_id,
+            "status": "in_progress",
+            "role": "assistant",
+            "content": [],
+        }
+        return [
+            event("response.output_item.added", {"output_index": 0, "item": item}),
+            event(
+                "response.content_part.added",
+                {**common, "part": _text_part("", [] if want else None)},
+            ),
+        ]
+
+    async for delta in live.deltas():
+        if not opened:
+            for e in open_message():
+                yield e
+            opened = True
+        logprobs = logprob_items(delta.tokens, range(len(delta.tokens))) if want else []
+        yield event(
+            "response.output_text.delta", {**common, "delta": delta.text, "logprobs": logprobs}
         )
-
-    start = _response_object(None, req, ids, result.created, [], "in_progress")
-    emit("response.created", {"response": start})
-    emit("response.in_progress", {"response": start})
+    result = live.result
+    ids = _Ids(
+        response=response_id,
+        message=message_id,
+        calls=tuple(new_id("fc_") for _ in result.reply.tool_calls),
+    )
+    status = _status(result)
     final_output = _output(result, req, ids)
     index = 0
     if result.reply.text or not result.reply.tool_calls:
-        item = final_output[0]
-        emit(
-            "response.output_item.added",
-            {"output_index": 0, "item": {**item, "status": "in_progress", "content": []}},
-        )
-        common = {"item_id": ids.message, "output_index": 0, "content_index": 0}
-        emit(
-            "response.content_part.added", {**common, "part": _text_part("", [] if want else None)}
-        )
-        for piece, positions in result.pieces:
-            emit(
-                "response.output_text.delta",
-                {
-                    **common,
-                    "delta": piece,
-                    "logprobs": logprob_items(result.tokens, positions) if want else [],
-                },
+        if not opened:
+            for e in open_message():
+                yield e
+        rest, positions = live.rest()
+        if rest:
+            logprobs = logprob_items(result.tokens, positions) if want else []
+            yield event(
+                "response.output_text.delta", {**common, "delta": rest, "logprobs": logprobs}
             )
+        item = final_output[0]
         part = item["content"][0]
-        emit(
+        yield event(
             "response.output_text.done",
             {**common, "text": result.reply.text, "logprobs": part.get("logprobs", [])},
         )
-        emit("response.content_part.done", {**common, "part": part})
-        emit("response.output_item.done", {"output_index": 0, "item": item})
+        yield event("response.content_part.done", {**common, "part": part})
+        yield event("response.output_item.done", {"output_index": 0, "item": item})
         index = 1
     for item in final_output[index:]:
-        emit(
+        yield event(
             "response.output_item.added",
             {"output_index": index, "item": {**item, "arguments": "", "status": "in_progress"}},
         )
-        emit(
+        yield event(
             "response.function_call_arguments.delta",
             {"item_id": item["id"], "output_index": index, "delta": item["arguments"]},
         )
-        emit(
+        yield event(
             "response.function_call_arguments.done",
             {
                 "item_id": item["id"],
@@ -383,14 +418,18 @@ def render_stream(result: TurnResult, req: ResponsesRequest, ids: _Ids) -> bytes
                 "arguments": item["arguments"],
             },
         )
-        emit("response.output_item.done", {"output_index": index, "item": item})
+        yield event("response.output_item.done", {"output_index": index, "item": item})
         index += 1
     final = _response_object(result, req, ids, result.created, final_output, status)
-    emit(
+    yield event(
         "response.completed" if status == "completed" else "response.incomplete",
         {"response": final},
     )
-    return sse.join(events)
+
+
+def _error_event(err: GatewayError) -> bytes:
+    body = error_body(err, "openai")["error"]
+    return sse.named_event("error", {"type": "error", "sequence_number": 0, **body})
 
 
 async def handle(gateway: Gateway, request: Request) -> Response:
@@ -399,12 +438,13 @@ async def handle(gateway: Gateway, request: Request) -> Response:
     body = await read_json_object(request)
     response_id = new_id("resp_")
     canonical, req = await to_canonical(body, gateway, info, response_id)
+    if req.stream:
+        live = await LiveTurn(gateway.stream(info, canonical)).open()
+        return stream_response(stream_events(live, req, response_id), _error_event)
     result = await gateway.complete(info, canonical)
     ids = _Ids(
         response=response_id,
         message=new_id("msg_"),
         calls=tuple(new_id("fc_") for _ in result.reply.tool_calls),
     )
-    if req.stream:
-        return sse.response(render_stream(result, req, ids))
     return JSONResponse(render_response(result, req, ids))
