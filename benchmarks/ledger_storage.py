@@ -11,7 +11,8 @@ one message. `after` records the episode through `Ledger.record_turn` (the gatew
 representation before 0007) into a table with the old columns. Bytes are the rows' stored size
 (`sum(pg_column_size(t.*))`, TOAST-compressed values as stored), per turn. Reading the episode
 back (`seat_turns`, rebuilt; the trainer's and gateway's path) is timed against a read of the
-whole rows, and the rebuilt turns are checked to be identical to those written.
+whole rows, and the rebuilt turns are checked to be identical to those written; so is reading
+only the requests (`Ledger.turn_requests`, the monitor's conversation view).
 """
 
 from __future__ import annotations
@@ -210,6 +211,12 @@ async def bench(url: str, lengths: list[int]) -> dict[str, Any]:
                     3, lambda c=claim: ledger.seat_turns(c.episode_id, c.agent, c.attempt)
                 )
                 read_before_s = await best_of(3, lambda c=claim: read_before(conn, c))
+                requests_s = await best_of(
+                    3,
+                    lambda c=claim, n=length: ledger.turn_requests(
+                        c.episode_id, c.agent, c.attempt, upto=n - 1
+                    ),
+                )
                 results[str(length)] = {
                     "turns": length,
                     "prompt_tokens_whole": sum(len(t.prompt_tokens) for t in turns),
@@ -218,6 +225,7 @@ async def bench(url: str, lengths: list[int]) -> dict[str, Any]:
                     "ratio_before_over_after": round(before / after, 2),
                     "read_episode_ms_before": round(read_before_s * 1000, 1),
                     "read_episode_ms_after": round(read_after * 1000, 1),
+                    "requests_ms_after": round(requests_s * 1000, 1),
                 }
     finally:
         await ledger.close()
@@ -270,7 +278,8 @@ def main() -> None:
             f"  {figures['bytes_per_turn_after']:>8,} B/turn after"
             f"  x{figures['ratio_before_over_after']:.1f} smaller;"
             f"  read episode {figures['read_episode_ms_before']:.1f} ms before,"
-            f" {figures['read_episode_ms_after']:.1f} ms after"
+            f" {figures['read_episode_ms_after']:.1f} ms after;"
+            f" its requests (monitor) {figures['requests_ms_after']:.1f} ms"
         )
 
 

@@ -107,6 +107,8 @@ async def test_a_long_conversation_reads_back_identically_and_stores_linearly(
         paged.extend(turn for _, turn in page)
         since = page[-1][0]
     assert_same(paged, turns)
+    requests = await ledger.turn_requests(claim.episode_id, 0, claim.attempt, upto=39)
+    assert requests == {t.index: t.request for t in turns}
     views = await sql_views(ledger, claim)
     assert [list(row[0]) for row in views] == [list(t.prompt_tokens) for t in turns]
     assert [row[1] for row in views] == [len(t.prompt_tokens) for t in turns]

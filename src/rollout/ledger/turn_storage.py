@@ -41,7 +41,7 @@ from dataclasses import dataclass, replace
 from typing import Any, LiteralString
 
 from psycopg import AsyncConnection
-from psycopg.rows import kwargs_row
+from psycopg.rows import kwargs_row, tuple_row
 
 from rollout.contracts import Turn
 from rollout.ledger.adapters import Int4s
@@ -273,3 +273,31 @@ async def rebuild_reading(conn: AsyncConnection[Any], rows: Sequence[Row]) -> li
     history = await fetch_all(conn, stored_row, HISTORY, params)
     earlier = {turn_key(turn): turn for turn in rebuild(history)}
     return rebuild(rows, earlier)
+
+
+# The stored requests of one seat attempt's turns up to an index (every turn a request refers to).
+SEAT_REQUESTS: LiteralString = (
+    "SELECT t.turn_index, t.messages_prefix, t.request_inherits, t.request_added FROM turns t"
+    " WHERE t.episode_id = %(episode_id)s AND t.agent = %(agent)s AND t.attempt = %(attempt)s"
+    " AND t.turn_index <= %(upto)s ORDER BY t.turn_index"
+)
+
+
+async def read_requests(
+    conn: AsyncConnection[Any], episode_id: str, agent: int, attempt: int, upto: int
+) -> dict[int, dict[str, Any]]:
+    """The requests of one seat attempt's turns 0..`upto`, by index, rebuilt in one pass (what
+    `request(t)` in SQL rebuilds turn by turn)."""
+    params = {"episode_id": episode_id, "agent": agent, "attempt": attempt, "upto": upto}
+    requests: dict[int, dict[str, Any]] = {}
+    previous: Turn | None = None
+    async with conn.cursor(row_factory=tuple_row) as cursor:
+        await cursor.execute(SEAT_REQUESTS, params)
+        for index, messages_prefix, inherits, added in await cursor.fetchall():
+            stored = Stored(0, (), messages_prefix, tuple(inherits or ()), added)
+            if stored.needs_previous and (previous is None or previous.index != index - 1):
+                raise LedgerError(f"turn {index - 1} of episode {episode_id!r} is missing")
+            _, request = decode(stored, previous)
+            requests[index] = request
+            previous = Turn(episode_id, agent, attempt, index, (), (), (), 0, "", request=request)
+    return requests

@@ -7,9 +7,10 @@ turns whose attempt is their seat's latest and whose seat has not ended, and rep
 what it saw, so each turn gets its own answer: True (new), False (recorded before), or an error
 (StaleFence, NotFound).
 
-`TurnWriter` gives single-turn calls the throughput of batches with no added latency: a call
-joins the pending batch; when fewer than `max_in_flight` batches are being written, the pending
-batch is written at once, and calls that arrive meanwhile form the next batch.
+`TurnWriter` (`rollout.ledger.turn_writer`) gives single-turn calls the throughput of batches
+with no added latency: a call joins the pending batch; when fewer than `max_in_flight` batches
+are being written, the pending batch is written at once, and calls that arrive meanwhile form
+the next batch.
 
 `TurnsMixin` is the ledger's face of both (`record_turn`, `record_turns`) and of reading turns
 back (`seat_turns`, `last_turn`, `turns_for_run`). A turn is stored against the previous turn of
@@ -20,11 +21,9 @@ turns of one seat attempt is written in waves, one turn of each seat attempt per
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import itertools
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, LiteralString
 
 from psycopg import AsyncConnection
@@ -33,7 +32,7 @@ from psycopg.rows import dict_row, kwargs_row
 from rollout.contracts import Turn
 from rollout.ledger.adapters import Float8s, Int4s
 from rollout.ledger.connection import LedgerConnection, Pool, fetch_all
-from rollout.ledger.errors import InvalidInput, LedgerError, StaleFence
+from rollout.ledger.errors import InvalidInput, StaleFence
 from rollout.ledger.inputs import jsonb
 from rollout.ledger.seats import seat_not_found, seat_taken_over
 from rollout.ledger.turn_storage import (
@@ -45,6 +44,7 @@ from rollout.ledger.turn_storage import (
     TurnCache,
     TurnKey,
     encode,
+    read_requests,
     rebuild,
     rebuild_reading,
     row_of,
@@ -52,11 +52,7 @@ from rollout.ledger.turn_storage import (
     stored_row,
     turn_key,
 )
-
-MAX_BATCH = 500
-
-Outcome = bool | Exception
-"""A turn's answer: True (new), False (recorded before), or why it was not recorded."""
+from rollout.ledger.turn_writer import MAX_BATCH, Outcome, TurnWriter
 
 SEAT_TURNS: LiteralString = (
     "SELECT " + TURN_COLUMNS + " FROM turns t"
@@ -336,82 +332,6 @@ async def write_turns(
     return results
 
 
-class TurnWriter:
-    """Batches concurrent single-turn writes (see the module docstring)."""
-
-    def __init__(
-        self,
-        write: Callable[[Sequence[Turn]], Awaitable[list[Outcome]]],
-        *,
-        max_in_flight: int = 4,
-    ) -> None:
-        self._write = write
-        self._pending: list[tuple[Turn, asyncio.Future[Outcome]]] = []
-        self._in_flight = 0
-        self._max_in_flight = max_in_flight
-        self._tasks: set[asyncio.Task[None]] = set()
-
-    async def record(self, turn: Turn) -> bool:
-        future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
-        self._pending.append((turn, future))
-        self._maybe_flush()
-        # The batch is written by its own task: a cancelled caller leaves it alone.
-        outcome = await future
-        assert isinstance(outcome, bool)
-        return outcome
-
-    def _maybe_flush(self) -> None:
-        if self._pending and self._in_flight < self._max_in_flight:
-            batch, self._pending = self._pending[:MAX_BATCH], self._pending[MAX_BATCH:]
-            self._in_flight += 1
-            task = asyncio.create_task(self._flush(batch))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-
-    async def _flush(self, batch: list[tuple[Turn, asyncio.Future[Outcome]]]) -> None:
-        try:
-            try:
-                outcomes: list[Outcome | BaseException] = list(
-                    await self._write([turn for turn, _ in batch])
-                )
-            except Exception as error:
-                if len(batch) == 1:
-                    outcomes = [error]
-                else:
-                    # One bad turn (say, a token id out of range) must not fail the others.
-                    outcomes = []
-                    for turn, _ in batch:
-                        try:
-                            outcomes.extend(await self._write([turn]))
-                        except Exception as single:
-                            outcomes.append(single)
-            for (_, future), outcome in zip(batch, outcomes, strict=True):
-                if future.done():
-                    continue
-                if isinstance(outcome, BaseException):
-                    future.set_exception(outcome)
-                else:
-                    future.set_result(outcome)
-        except BaseException as error:  # cancelled while closing: fail the waiters
-            for _, future in batch:
-                if not future.done():
-                    future.set_exception(LedgerError(f"turn not recorded: {error!r}"))
-            raise
-        finally:
-            self._in_flight -= 1
-            self._maybe_flush()
-
-    async def close(self) -> None:
-        """Wait for the batches being written."""
-        while self._tasks or self._pending:
-            tasks = list(self._tasks)
-            if not tasks:
-                self._maybe_flush()
-                continue
-            with contextlib.suppress(Exception):
-                await asyncio.gather(*tasks, return_exceptions=True)
-
-
 def _cursor_and_row(*, seq: int, **columns: Any) -> tuple[int, Row]:
     return seq, row_of(**columns)
 
@@ -506,6 +426,13 @@ class TurnsMixin(LedgerConnection):
             return None
         self._last_turns.put(rows[0])
         return rows[0]
+
+    async def turn_requests(
+        self, episode_id: str, agent: int, attempt: int, *, upto: int
+    ) -> dict[int, dict[str, Any]]:
+        """The requests of one seat attempt's turns 0..`upto`, by index (no tokens read)."""
+        async with self._pool.connection() as conn:
+            return await read_requests(conn, episode_id, agent, attempt, upto)
 
     async def turns_for_run(
         self, run_id: str, *, since: int = 0, limit: int = 1000

@@ -281,7 +281,7 @@ async def conversation(
         SELECT t.turn_index, t.attempt, t.version, t.stop_reason, t.extends_previous,
                t.started_at, t.ended_at, t.temperature, t.prompt_length,
                cardinality(t.completion_tokens),
-               (SELECT avg(v) FROM unnest(t.logprobs) v), t.request
+               (SELECT avg(v) FROM unnest(t.logprobs) v)
         FROM turns t JOIN seats s ON s.episode_id = t.episode_id AND s.agent = t.agent
              AND s.attempt = t.attempt
         WHERE t.episode_id = %s AND t.agent = %s AND t.turn_index >= %s
@@ -289,10 +289,16 @@ async def conversation(
         """,
         (episode_id, agent, start, limit + 1 + (offset - start)),
     )
+    # Requests are stored as what each adds to the one before: rebuilt in one pass.
+    requests = (
+        await store.ledger.turn_requests(episode_id, agent, rows[0][1], upto=rows[-1][0])
+        if rows
+        else {}
+    )
     previous: list[dict[str, Any]] | None = None
     items = []
     for row in rows:
-        request = row[11] if isinstance(row[11], dict) else {}
+        request = requests.get(row[0], {})
         messages = [_message(m) for m in request.get("messages") or []]
         reply = _message(request["reply"]) if isinstance(request.get("reply"), dict) else None
         if row[0] >= offset:

@@ -1,0 +1,95 @@
+"""`TurnWriter`: batches concurrent single-turn writes into one statement per batch.
+
+A call joins the pending batch; when fewer than `max_in_flight` batches are being written, the
+pending batch is written at once, and calls that arrive meanwhile form the next batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Sequence
+
+from rollout.contracts import Turn
+from rollout.ledger.errors import LedgerError
+
+MAX_BATCH = 500
+
+Outcome = bool | Exception
+"""A turn's answer: True (new), False (recorded before), or why it was not recorded."""
+
+
+class TurnWriter:
+    """Batches concurrent single-turn writes (see the module docstring)."""
+
+    def __init__(
+        self,
+        write: Callable[[Sequence[Turn]], Awaitable[list[Outcome]]],
+        *,
+        max_in_flight: int = 4,
+    ) -> None:
+        self._write = write
+        self._pending: list[tuple[Turn, asyncio.Future[Outcome]]] = []
+        self._in_flight = 0
+        self._max_in_flight = max_in_flight
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def record(self, turn: Turn) -> bool:
+        future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
+        self._pending.append((turn, future))
+        self._maybe_flush()
+        # The batch is written by its own task: a cancelled caller leaves it alone.
+        outcome = await future
+        assert isinstance(outcome, bool)
+        return outcome
+
+    def _maybe_flush(self) -> None:
+        if self._pending and self._in_flight < self._max_in_flight:
+            batch, self._pending = self._pending[:MAX_BATCH], self._pending[MAX_BATCH:]
+            self._in_flight += 1
+            task = asyncio.create_task(self._flush(batch))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _flush(self, batch: list[tuple[Turn, asyncio.Future[Outcome]]]) -> None:
+        try:
+            try:
+                outcomes: list[Outcome | BaseException] = list(
+                    await self._write([turn for turn, _ in batch])
+                )
+            except Exception as error:
+                if len(batch) == 1:
+                    outcomes = [error]
+                else:
+                    # One bad turn (say, a token id out of range) must not fail the others.
+                    outcomes = []
+                    for turn, _ in batch:
+                        try:
+                            outcomes.extend(await self._write([turn]))
+                        except Exception as single:
+                            outcomes.append(single)
+            for (_, future), outcome in zip(batch, outcomes, strict=True):
+                if future.done():
+                    continue
+                if isinstance(outcome, BaseException):
+                    future.set_exception(outcome)
+                else:
+                    future.set_result(outcome)
+        except BaseException as error:  # cancelled while closing: fail the waiters
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(LedgerError(f"turn not recorded: {error!r}"))
+            raise
+        finally:
+            self._in_flight -= 1
+            self._maybe_flush()
+
+    async def close(self) -> None:
+        """Wait for the batches being written."""
+        while self._tasks or self._pending:
+            tasks = list(self._tasks)
+            if not tasks:
+                self._maybe_flush()
+                continue
+            with contextlib.suppress(Exception):
+                await asyncio.gather(*tasks, return_exceptions=True)
