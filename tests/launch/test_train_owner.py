@@ -79,6 +79,7 @@ def test_kill_9_of_train_stops_every_role(database_url: str, tmp_path: Path) -> 
     for pid in left:  # clean up before failing
         os.kill(pid, signal.SIGKILL)
     assert not left, f"still running {gone_after:.1f} s after kill -9: {left}"
+    print(f"{len(started)} processes gone {gone_after:.1f} s after kill -9 of rollout train")
     with psycopg.connect(database_url) as conn:
         row = conn.execute(
             "SELECT value FROM settings WHERE run_id = %s AND key = 'status' "

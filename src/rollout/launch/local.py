@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from rollout.launch.failures import STOPPED_STATUSES, check_failures
-from rollout.launch.owner import owned_env
+from rollout.launch.owner import owned_env, this_owner
 from rollout.ledger import Ledger, RunRecord
 from rollout.net.server import free_port
 from rollout.settings import Settings
@@ -238,13 +238,15 @@ class LocalSupervisor:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), timeout=1.0)
         finally:
-            self.stop_all()
+            # Nobody waits for a clean stop when the owner died (kill -9 of `rollout train`):
+            # a short grace, then SIGKILL, which loses nothing (roles are ledger followers).
+            self.stop_all(grace=3.0 if this_owner().gone() else 15.0)
 
-    def stop_all(self) -> None:
+    def stop_all(self, grace: float = 15.0) -> None:
         for managed in list(self.processes.values()):
             if managed.process is not None and managed.process.poll() is None:
                 managed.process.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + grace
         for managed in self.processes.values():
             if managed.process is None:
                 continue
