@@ -136,14 +136,26 @@ async def test_fenced_out_attempt_gets_409_and_nothing_is_recorded(serve: Serve)
     assert [t.attempt for t in await served.turns(new)] == [new.attempt]
 
 
-async def test_ended_seat_gets_409(serve: Serve) -> None:
+async def test_key_of_an_ended_or_expired_seat_gets_401_in_every_protocol(serve: Serve) -> None:
     served = await serve(["ok"])
     await served.ledger.end_seat(served.claim, reward=1.0)
-    with pytest.raises(openai.ConflictError):
+    with pytest.raises(openai.AuthenticationError):
         await openai.AsyncOpenAI(
             base_url=served.server.base_url, api_key=served.key, max_retries=0
         ).chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
-    assert await served.turns() == []
+    expired = await served.new_seat(run="expiry", lease_seconds=0.2)
+    await asyncio.sleep(0.4)  # the claim expired and nobody reclaimed the seat yet
+    async with httpx.AsyncClient(base_url=served.server.root_url) as http:
+        for path, protocol in (
+            ("/v1/chat/completions", "openai"),
+            ("/v1/responses", "openai"),
+            ("/v1/messages", "anthropic"),
+        ):
+            response = await http.post(
+                path, json=VALID_BODIES[path], headers={"x-api-key": expired.api_key}
+            )
+            assert_error_shape(response, protocol, 401)
+    assert await served.turns() == [] and await served.turns(expired) == []
 
 
 # --- previous_response_id ------------------------------------------------------------------------

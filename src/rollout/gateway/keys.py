@@ -39,8 +39,9 @@ class _Resolver(Protocol):
 class KeyResolver:
     """Resolves keys to seats, caching hits for `ttl` seconds (never caching misses).
 
-    A cached key of a seat that was taken over meanwhile still fails where it matters: the
-    ledger fences the turn's write by attempt, so nothing is recorded for it.
+    A cached key of a seat that was taken over or ended meanwhile still fails where it matters:
+    the ledger fences the turn's write by attempt, so nothing is recorded for it. The key of an
+    ended seat or an expired claim stops resolving (401) once its cache entry is `ttl` old.
     """
 
     def __init__(self, ledger: _Resolver, *, ttl: float = 2.0, max_entries: int = 10_000) -> None:
@@ -82,7 +83,8 @@ class KeyResolver:
                 return info
         shown = keys[0][:6] + "..." if len(keys[0]) > 8 else "***"
         raise GatewayError(
-            f"invalid API key {shown!r}: unknown or expired (each episode seat has its own key)",
+            f"invalid API key {shown!r}: unknown, or its seat has ended or its claim expired "
+            "(each episode seat has its own key)",
             kind="authentication",
             code="invalid_api_key",
         )
