@@ -102,6 +102,7 @@ async def create_run(
     run_spec = RunSpec(kind="train", model=str(model_path), training=config)
     record = await ledger.create_run(name, spec, run_spec.model_dump(mode="json"))
     await ledger.set_setting(record.run_id, "max_lag", config.max_lag)
+    await ledger.set_setting(record.run_id, "keep_checkpoints", config.keep_checkpoints)
     sampling: dict[str, Any] = {"temperature": config.temperature}
     if config.max_tokens is not None:
         sampling["max_tokens"] = config.max_tokens
