@@ -39,7 +39,9 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from rollout.ledger import Ledger
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.monitor.synthetic
+
+from rollout.ledger import Ledger, apply_migrations
 from rollout.ledger.embedded import database_url, stop_embedded, with_database
 from rollout.ledger.episodes import WINNING_TURNS
 from rollout.ledger.training import TRAINABLE_GROUPS
@@ -153,6 +155,7 @@ async def measure(url: str, size: int, repeat: int) -> tuple[dict[str, float], s
 
 
 async def bench(url: str, sizes: list[int], repeat: int, with_plans: bool) -> dict[str, Any]:
+    await apply_migrations(url)
     results: dict[str, dict[str, float]] = {}
     last: tuple[str, str] = ("", "")
     for size in sorted(sizes):

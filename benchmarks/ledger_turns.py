@@ -54,6 +54,21 @@ COMPLETION_TOKENS = 50
 TURNS_PER_SEAT = 20
 
 
+# The turns table before migration 0007 (whole prompts and requests), with its indexes.
+BASELINE_TABLE = """
+CREATE TABLE {name} (
+    episode_id text NOT NULL, agent integer NOT NULL, attempt integer NOT NULL,
+    turn_index integer NOT NULL, run_id text NOT NULL, prompt_tokens {tokens} NOT NULL,
+    completion_tokens {tokens} NOT NULL, logprobs float8[] NOT NULL, version integer NOT NULL,
+    stop_reason text NOT NULL, extends_previous boolean NOT NULL, started_at float8 NOT NULL,
+    ended_at float8 NOT NULL, temperature float8 NOT NULL, request jsonb NOT NULL,
+    seq bigint GENERATED ALWAYS AS IDENTITY, recorded_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (episode_id, agent, attempt, turn_index)
+);
+CREATE INDEX ON {name} (run_id, seq);
+"""
+
+
 def make_turns(claims: list[SeatClaim], count: int, offset: int, rng: random.Random) -> list[Turn]:
     """`count` turns spread over the claimed seats; indices start at `offset` per seat."""
     turns = []
@@ -156,12 +171,11 @@ async def bench(url: str, total: int) -> dict[str, Any]:
         while (claim := await ledger.claim_seat("bench", run_id=run.run_id)) is not None:
             claims.append(claim)
         async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-            await conn.execute("CREATE TABLE turns_baseline (LIKE turns INCLUDING ALL)")
             await conn.execute(
-                "CREATE TABLE turns_baseline_bytea (LIKE turns INCLUDING ALL);"
-                " ALTER TABLE turns_baseline_bytea"
-                "  ALTER prompt_tokens TYPE bytea USING NULL,"
-                "  ALTER completion_tokens TYPE bytea USING NULL"
+                BASELINE_TABLE.format(name="turns_baseline", tokens="int4[]").encode()
+            )
+            await conn.execute(
+                BASELINE_TABLE.format(name="turns_baseline_bytea", tokens="bytea").encode()
             )
 
         results: dict[str, dict[str, float]] = {}

@@ -14,9 +14,9 @@ import secrets
 from collections.abc import Sequence
 from typing import Any, LiteralString
 
-from psycopg.rows import class_row
+from psycopg.rows import class_row, dict_row
 
-from rollout.ledger.connection import Conn, LedgerConnection, fetch_all, fetch_one
+from rollout.ledger.connection import Conn, LedgerConnection, Pool, fetch_all, fetch_one
 from rollout.ledger.errors import InvalidInput, LedgerError, NotFound, StaleFence
 from rollout.ledger.inputs import finite, jsonb, known_run, metrics_jsonb
 from rollout.ledger.records import (
@@ -26,6 +26,7 @@ from rollout.ledger.records import (
     KeyInfo,
     SeatClaim,
 )
+from rollout.ledger.turn_writer import BatchWriter, Outcome
 
 INSERT_EPISODE: LiteralString = """
 INSERT INTO episodes (episode_id, run_id, kind, group_index, member, parameters, seed, agents)
@@ -95,16 +96,43 @@ JOIN seats s ON s.episode_id = c.episode_id AND s.agent = c.agent
 WHERE c.api_key = %(api_key)s
   AND (s.attempt <> c.attempt OR (NOT s.done AND (s.expires_at IS NULL OR s.expires_at > now())))
 """
-INSERT_SEAT_END: LiteralString = """
-INSERT INTO seat_ends (episode_id, agent, attempt, run_id, status, reward, score, metrics, error)
-VALUES (%(episode_id)s, %(agent)s, %(attempt)s, %(run_id)s, %(status)s, %(reward)s, %(score)s,
-        %(metrics)s, %(error)s)
-"""
-MARK_SEAT_DONE: LiteralString = (
-    "UPDATE seats SET done = true, expires_at = NULL"
-    " WHERE episode_id = %(episode_id)s AND agent = %(agent)s"
+# Ends of a batch of seats in one statement (one commit): each fenced by its attempt (the seat
+# row locked FOR UPDATE, as a claim would), the first end of a seat wins, the seat is marked
+# done and `groups` notified once per run with a train seat ended; one answer row per end.
+END_SEATS: LiteralString = """
+WITH v AS (
+    SELECT * FROM unnest(%(episode_id)s::text[], %(agent)s::int4[], %(attempt)s::int4[],
+                         %(status)s::text[], %(reward)s::float8[], %(score)s::jsonb[],
+                         %(metrics)s::jsonb[], %(error)s::text[])
+        WITH ORDINALITY AS v(episode_id, agent, attempt, status, reward, score, metrics, error,
+                             ord)
+), seat AS (
+    SELECT s.episode_id, s.agent, s.run_id, s.kind, s.attempt, s.done FROM seats s
+    WHERE (s.episode_id, s.agent) IN (SELECT episode_id, agent FROM v)
+    FOR UPDATE OF s
+), ins AS (
+    INSERT INTO seat_ends (episode_id, agent, attempt, run_id, status, reward, score, metrics,
+                           error)
+    SELECT v.episode_id, v.agent, v.attempt, seat.run_id, v.status, v.reward, v.score,
+           v.metrics, v.error
+    FROM v JOIN seat ON seat.episode_id = v.episode_id AND seat.agent = v.agent
+    WHERE seat.attempt = v.attempt AND NOT seat.done
+    ON CONFLICT DO NOTHING
+    RETURNING episode_id, agent
+), done AS (
+    UPDATE seats s SET done = true, expires_at = NULL FROM ins
+    WHERE s.episode_id = ins.episode_id AND s.agent = ins.agent
+    RETURNING s.run_id, s.kind
+), notified AS (
+    SELECT pg_notify('groups', r.run_id) FROM (
+        SELECT DISTINCT run_id FROM done WHERE kind = 'train') r
 )
-NOTIFY_GROUPS: LiteralString = "SELECT pg_notify('groups', %(run_id)s)"
+SELECT v.ord, seat.attempt AS latest, ins.episode_id IS NOT NULL AS inserted
+FROM v
+LEFT JOIN seat ON seat.episode_id = v.episode_id AND seat.agent = v.agent
+LEFT JOIN ins ON ins.episode_id = v.episode_id AND ins.agent = v.agent
+CROSS JOIN (SELECT count(*) FROM notified) n
+"""
 
 
 def episode_id_for(run_id: str, spec: EpisodeSpec) -> str:
@@ -158,6 +186,14 @@ def _episode_row(run_id: str, position: int, spec: EpisodeSpec) -> dict[str, Any
 
 class SeatsMixin(LedgerConnection):
     """Episodes, seat claims, heartbeats, keys and seat ends (see the module docstring)."""
+
+    def __init__(self, pool: Pool, url: str) -> None:
+        super().__init__(pool, url)
+        self._end_writer = BatchWriter[dict[str, Any]](self._write_ends)
+
+    async def close(self) -> None:
+        await self._end_writer.close()  # the ends being written first, then the pool
+        await super().close()
 
     async def add_episodes(self, run_id: str, episodes: Sequence[EpisodeSpec]) -> list[str]:
         """Idempotent on (run, kind, group_index, member); returns episode ids, in order.
@@ -290,18 +326,48 @@ class SeatsMixin(LedgerConnection):
             "metrics": metrics_jsonb("metrics", metrics),
             "error": error,
         }
-        async with self._pool.connection() as conn, conn.transaction():
-            seat = await _seat(conn, claim, lock=True)
-            if seat["attempt"] != claim.attempt:
-                raise seat_taken_over(claim.episode_id, claim.agent, claim.attempt, seat["attempt"])
-            if seat["done"]:
-                return False  # this attempt ended it before (a retry)
-            params["run_id"] = seat["run_id"]
-            await conn.execute(INSERT_SEAT_END, params)
-            await conn.execute(MARK_SEAT_DONE, params)
-            if seat["kind"] == "train":
-                await conn.execute(NOTIFY_GROUPS, params)
-        return True
+        # Concurrent ends (a runner's seats finishing together) share one statement and commit.
+        return await self._end_writer.record(params)
+
+    async def _write_ends(self, ends: Sequence[dict[str, Any]]) -> list[Outcome]:
+        async with self._pool.connection() as conn:
+            return await write_ends(conn, ends)
+
+
+def _end_params(ends: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    names = ("episode_id", "agent", "attempt", "status", "reward", "score", "metrics", "error")
+    return {name: [end[name] for end in ends] for name in names}
+
+
+async def write_ends(conn: Conn, ends: Sequence[dict[str, Any]]) -> list[Outcome]:
+    """Record seat ends (`end_seat`'s parameters each), one statement per wave (a seat named
+    twice goes in a later one); one answer each: True (new), False (ended before by this
+    attempt), StaleFence or NotFound."""
+    outcomes: list[Outcome] = [False] * len(ends)
+    waves: list[list[int]] = []
+    seen: dict[tuple[str, int], int] = {}
+    for i, end in enumerate(ends):
+        key = (end["episode_id"], end["agent"])
+        seen[key] = seen.get(key, -1) + 1
+        if seen[key] == len(waves):
+            waves.append([])
+        waves[seen[key]].append(i)
+    for wave in waves:
+        part = [ends[i] for i in wave]
+        rows = {
+            row["ord"]: row for row in await fetch_all(conn, dict_row, END_SEATS, _end_params(part))
+        }
+        for n, (i, end) in enumerate(zip(wave, part, strict=True)):
+            row = rows.get(n + 1)
+            if row is None or row["latest"] is None:
+                outcomes[i] = seat_not_found(end["episode_id"], end["agent"])
+            elif row["latest"] != end["attempt"]:
+                outcomes[i] = seat_taken_over(
+                    end["episode_id"], end["agent"], end["attempt"], row["latest"]
+                )
+            else:
+                outcomes[i] = bool(row["inserted"])
+    return outcomes
 
 
 async def _seat(conn: Conn, claim: SeatClaim, *, lock: bool) -> dict[str, Any]:

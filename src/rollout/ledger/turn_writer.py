@@ -1,4 +1,5 @@
-"""`TurnWriter`: batches concurrent single-turn writes into one statement per batch.
+"""`BatchWriter`: batches concurrent single writes (turns, seat ends) into one statement per
+batch (`TurnWriter` for turns).
 
 A call joins the pending batch; when fewer than `max_in_flight` batches are being written, the
 pending batch is written at once, and calls that arrive meanwhile form the next batch.
@@ -9,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Generic, TypeVar
 
 from rollout.contracts import Turn
 from rollout.ledger.errors import LedgerError
@@ -16,27 +18,29 @@ from rollout.ledger.errors import LedgerError
 MAX_BATCH = 500
 
 Outcome = bool | Exception
-"""A turn's answer: True (new), False (recorded before), or why it was not recorded."""
+"""A write's answer: True (new), False (recorded before), or why it was not recorded."""
+
+T = TypeVar("T")
 
 
-class TurnWriter:
-    """Batches concurrent single-turn writes (see the module docstring)."""
+class BatchWriter(Generic[T]):
+    """Batches concurrent single writes (see the module docstring)."""
 
     def __init__(
         self,
-        write: Callable[[Sequence[Turn]], Awaitable[list[Outcome]]],
+        write: Callable[[Sequence[T]], Awaitable[list[Outcome]]],
         *,
         max_in_flight: int = 4,
     ) -> None:
         self._write = write
-        self._pending: list[tuple[Turn, asyncio.Future[Outcome]]] = []
+        self._pending: list[tuple[T, asyncio.Future[Outcome]]] = []
         self._in_flight = 0
         self._max_in_flight = max_in_flight
         self._tasks: set[asyncio.Task[None]] = set()
 
-    async def record(self, turn: Turn) -> bool:
+    async def record(self, item: T) -> bool:
         future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
-        self._pending.append((turn, future))
+        self._pending.append((item, future))
         self._maybe_flush()
         # The batch is written by its own task: a cancelled caller leaves it alone.
         outcome = await future
@@ -51,21 +55,21 @@ class TurnWriter:
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    async def _flush(self, batch: list[tuple[Turn, asyncio.Future[Outcome]]]) -> None:
+    async def _flush(self, batch: list[tuple[T, asyncio.Future[Outcome]]]) -> None:
         try:
             try:
                 outcomes: list[Outcome | BaseException] = list(
-                    await self._write([turn for turn, _ in batch])
+                    await self._write([item for item, _ in batch])
                 )
             except Exception as error:
                 if len(batch) == 1:
                     outcomes = [error]
                 else:
-                    # One bad turn (say, a token id out of range) must not fail the others.
+                    # One bad write (say, a token id out of range) must not fail the others.
                     outcomes = []
-                    for turn, _ in batch:
+                    for item, _ in batch:
                         try:
-                            outcomes.extend(await self._write([turn]))
+                            outcomes.extend(await self._write([item]))
                         except Exception as single:
                             outcomes.append(single)
             for (_, future), outcome in zip(batch, outcomes, strict=True):
@@ -78,7 +82,7 @@ class TurnWriter:
         except BaseException as error:  # cancelled while closing: fail the waiters
             for _, future in batch:
                 if not future.done():
-                    future.set_exception(LedgerError(f"turn not recorded: {error!r}"))
+                    future.set_exception(LedgerError(f"not recorded: {error!r}"))
             raise
         finally:
             self._in_flight -= 1
@@ -93,3 +97,6 @@ class TurnWriter:
                 continue
             with contextlib.suppress(Exception):
                 await asyncio.gather(*tasks, return_exceptions=True)
+
+
+TurnWriter = BatchWriter[Turn]
