@@ -141,3 +141,28 @@ async def test_tool_calls_are_held_until_parsed_and_text_is_never_retracted(
     uses = [e for e in events if e.get("content_block", {}).get("type") == "tool_use"]
     assert [u["content_block"]["name"] for u in uses] == ["add"]
     assert "<tool_call>" not in r.text
+
+
+async def test_remote_backend_streams_what_the_inference_server_samples(
+    renderer: HFRenderer,
+) -> None:
+    from rollout.inference.remote import RemoteBackend
+    from rollout.inference.server import create_inference_app
+    from rollout.net.server import AppServer
+
+    backend = SlowBackend(renderer, [REPLY], delay=0.05)
+    server = await AppServer(create_inference_app(backend, model="slow")).start()
+    remote = RemoteBackend(server.url, retries=2, retry_wait=0.05)
+    params = SamplingParams(max_tokens=64)
+    try:
+        arrivals: list[tuple[float, SampleChunk]] = []
+        async for chunk in remote.sample_stream([1, 2, 3], params):
+            arrivals.append((time.monotonic(), chunk))
+        expected = await backend.sample([1, 2, 3], params)
+    finally:
+        await remote.close()
+        await server.stop()
+    *tokens, (_, last) = arrivals
+    assert last.completion == expected
+    assert tuple(t for _, c in tokens for t in c.tokens) == expected.tokens
+    assert arrivals[0][0] < backend.finished[0] - 0.1  # the first token came while sampling

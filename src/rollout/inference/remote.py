@@ -7,10 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
 from typing import Any
+
+import aiohttp
 
 from rollout.contracts import Completion, SamplingParams
 from rollout.errors import RolloutError
+from rollout.inference.base import SampleChunk
 from rollout.net.client import JsonHttpClient, TransportError
 
 
@@ -35,6 +39,25 @@ def completion_from_json(data: dict[str, Any]) -> Completion:
         stop_reason=data["stop_reason"],
         version=int(data["version"]),
         top_logprobs=tuple({int(k): float(v) for k, v in d.items()} for d in data["top_logprobs"]),
+    )
+
+
+def chunk_to_json(chunk: SampleChunk) -> dict[str, Any]:
+    return {
+        "tokens": list(chunk.tokens),
+        "logprobs": list(chunk.logprobs),
+        "top_logprobs": [{str(k): v for k, v in d.items()} for d in chunk.top_logprobs],
+        "completion": None if chunk.completion is None else completion_to_json(chunk.completion),
+    }
+
+
+def chunk_from_json(data: dict[str, Any]) -> SampleChunk:
+    done = data.get("completion")
+    return SampleChunk(
+        tokens=tuple(int(t) for t in data["tokens"]),
+        logprobs=tuple(float(x) for x in data["logprobs"]),
+        top_logprobs=tuple({int(k): float(v) for k, v in d.items()} for d in data["top_logprobs"]),
+        completion=None if done is None else completion_from_json(done),
     )
 
 
@@ -86,6 +109,43 @@ class RemoteBackend:
         completion = completion_from_json(data)
         self._version = max(self._version, completion.version)
         return completion
+
+    async def sample_stream(
+        self, prompt_tokens: list[int], params: SamplingParams
+    ) -> AsyncIterator[SampleChunk]:
+        """Tokens as the server chooses them (`POST /sample/stream`, JSON lines)."""
+        url = f"{self.base_url}/sample/stream"
+        body = json.dumps({"prompt_tokens": list(prompt_tokens), "params": params.model_dump()})
+        headers = {"Content-Type": "application/json"}
+        last: Exception | None = None
+        for _ in range(self.retries):
+            try:
+                session = self._http._client()  # the pooled session, read as a stream
+                async with session.post(url, data=body, headers=headers) as response:
+                    if response.status >= 500:
+                        last = InferenceUnavailable(f"{url}: {response.status}")
+                        await asyncio.sleep(self.retry_wait)
+                        continue
+                    if response.status != 200:
+                        text = (await response.read()).decode(errors="replace")
+                        raise InferenceUnavailable(
+                            f"{url} answered {response.status}: {text[:300]}"
+                        )
+                    async for line in response.content:
+                        if not line.strip():
+                            continue
+                        data = json.loads(line)
+                        if "error" in data:
+                            raise InferenceUnavailable(f"{url}: {data['error']}")
+                        chunk = chunk_from_json(data)
+                        if chunk.completion is not None:
+                            self._version = max(self._version, chunk.completion.version)
+                        yield chunk
+                    return
+            except (TimeoutError, aiohttp.ClientConnectionError) as error:
+                last = error  # server restarting: wait and retry (nothing was sent yet)
+                await asyncio.sleep(self.retry_wait)
+        raise InferenceUnavailable(f"inference server {self.base_url} unavailable: {last}")
 
     async def health(self) -> dict[str, Any]:
         try:

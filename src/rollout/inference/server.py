@@ -1,7 +1,8 @@
 """The inference server role (`rollout inference`): serve one run's policy and follow its
 serving records.
 
-It answers `POST /sample` (prompt tokens + SamplingParams -> Completion) and `GET /health`.
+It answers `POST /sample` (prompt tokens + SamplingParams -> Completion), `POST /sample/stream`
+(the same, as JSON lines of `SampleChunk`s while the tokens are chosen) and `GET /health`.
 A follower task watches the run's serving record; when it names a new version, the server
 fetches that checkpoint's converted files from the blob store, loads them between batches (no
 restart), and acknowledges in the ledger what it serves now. Every completion reports the version
@@ -11,17 +12,20 @@ that sampled it.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, Protocol
 
 from fastapi import FastAPI, HTTPException
+from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ValidationError
 
 from rollout.blobs import BlobStore
 from rollout.contracts import SamplingParams
-from rollout.inference.base import InferenceBackend
-from rollout.inference.remote import completion_to_json
+from rollout.inference.base import InferenceBackend, sample_stream
+from rollout.inference.remote import chunk_to_json, completion_to_json
 from rollout.inference.weights_cache import fetch
 from rollout.ledger import Ledger
 
@@ -52,6 +56,25 @@ def create_inference_app(backend: InferenceBackend, *, model: str) -> FastAPI:
             raise HTTPException(422, detail="prompt_tokens is empty")
         completion = await backend.sample(request.prompt_tokens, params)
         return completion_to_json(completion)
+
+    @app.post("/sample/stream")
+    async def sample_streamed(request: SampleRequest) -> StreamingResponse:
+        try:
+            params = SamplingParams.model_validate(request.params)
+        except ValidationError as error:
+            raise HTTPException(422, detail=str(error)) from error
+        if not request.prompt_tokens:
+            raise HTTPException(422, detail="prompt_tokens is empty")
+
+        async def lines() -> AsyncIterator[bytes]:
+            try:
+                async for chunk in sample_stream(backend, request.prompt_tokens, params):
+                    yield (json.dumps(chunk_to_json(chunk)) + "\n").encode()
+            except Exception as error:  # the response has started: say so in the stream
+                log.exception("streamed sample failed")
+                yield (json.dumps({"error": f"{type(error).__name__}: {error}"}) + "\n").encode()
+
+        return StreamingResponse(lines(), media_type="application/x-ndjson")
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
