@@ -1,0 +1,42 @@
+"""Seat ends written in batches: concurrent `end_seat` calls share a statement, each with its
+own answer, and the exactly-once rules of a single end hold."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+from rollout.ledger import EpisodeSpec, Ledger, NotFound, RunRecord, StaleFence
+
+
+async def test_concurrent_ends_each_get_their_own_answer(ledger: Ledger, run: RunRecord) -> None:
+    await ledger.add_episodes(run.run_id, [EpisodeSpec(0, m, {}, m) for m in range(4)])
+    live = [await ledger.claim_seat("r") for _ in range(3)]
+    stale = await ledger.claim_seat("r", lease_seconds=0.05)
+    assert stale is not None and all(c is not None for c in live)
+    await asyncio.sleep(0.2)
+    newer = await ledger.claim_seat("r2")  # takes `stale` over
+    assert newer is not None and newer.episode_id == stale.episode_id
+    a, b, c = (claim for claim in live if claim is not None)
+    results = await asyncio.gather(
+        ledger.end_seat(a, reward=1.0),
+        ledger.end_seat(a, reward=0.0),  # the same seat again: the first end wins
+        ledger.end_seat(b, reward=0.5, status="failed", error="boom"),
+        ledger.end_seat(stale, reward=1.0),  # fenced out
+        ledger.end_seat(dataclasses.replace(c, agent=5), reward=1.0),  # no such seat
+        ledger.end_seat(c, reward=0.25, score={"ok": True}, metrics={"turns": 1.0}),
+        return_exceptions=True,
+    )
+    assert results[:3] == [True, False, True]
+    assert isinstance(results[3], StaleFence)
+    assert isinstance(results[4], NotFound)
+    assert results[5] is True
+    assert await ledger.end_seat(c, reward=0.0) is False  # a retry
+    ends = {
+        end.episode_id: end for e in (a, b, c) for end in (await ledger.episode(e.episode_id)).ends
+    }
+    assert ends[a.episode_id].reward == 1.0
+    assert (ends[b.episode_id].status, ends[b.episode_id].error) == ("failed", "boom")
+    assert ends[c.episode_id].score == {"ok": True} and ends[c.episode_id].metrics == {"turns": 1.0}
+    assert (await ledger.episode(stale.episode_id)).ends == ()
+    assert await ledger.end_seat(newer, reward=1.0) is True
