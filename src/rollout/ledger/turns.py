@@ -73,16 +73,17 @@ INSERT_COLUMNS: LiteralString = (
 
 # One statement for any batch size (prepared once): the batch arrives as parallel arrays, the
 # ragged token and logprob lists flattened into one array each with 1-based [start:end] bounds.
+# Text, bool and jsonb arrays go in binary (%b): the text format escapes each element in Python.
 WRITE_TURNS: LiteralString = (
     """
 WITH v AS (
     SELECT * FROM unnest(
-        %(episode_id)s::text[], %(agent)s::int4[], %(attempt)s::int4[], %(turn_index)s::int4[],
+        %(episode_id)b::text[], %(agent)s::int4[], %(attempt)s::int4[], %(turn_index)s::int4[],
         %(prompt_start)s::int4[], %(prompt_end)s::int4[], %(completion_start)s::int4[],
-        %(completion_end)s::int4[], %(version)s::int4[], %(stop_reason)s::text[],
-        %(extends_previous)s::bool[], %(started_at)s::float8[], %(ended_at)s::float8[],
-        %(temperature)s::float8[], %(request)s::jsonb[], %(prompt_prefix)s::int4[],
-        %(messages_prefix)s::int4[], %(request_inherits)s::text[]
+        %(completion_end)s::int4[], %(version)s::int4[], %(stop_reason)b::text[],
+        %(extends_previous)b::bool[], %(started_at)s::float8[], %(ended_at)s::float8[],
+        %(temperature)s::float8[], %(request)b::jsonb[], %(prompt_prefix)s::int4[],
+        %(messages_prefix)s::int4[], %(request_inherits)b::text[]
     ) WITH ORDINALITY AS v(episode_id, agent, attempt, turn_index, prompt_start, prompt_end,
                           completion_start, completion_end, version, stop_reason,
                           extends_previous, started_at, ended_at, temperature, request,
