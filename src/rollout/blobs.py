@@ -251,7 +251,10 @@ class LocalBlobStore(BlobStore):
         size = sum(p.stat().st_size for p in target.rglob("*") if p.is_file())
         # Renamed aside first, so a reader never sees a half-deleted folder as complete.
         aside = self._temp_beside(target)
-        os.rename(target, aside)
+        try:
+            os.rename(target, aside)
+        except FileNotFoundError:
+            return 0  # another process (the trainer, `rollout gc`) deleted it first
         shutil.rmtree(aside, ignore_errors=True)
         return size
 
