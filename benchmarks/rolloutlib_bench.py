@@ -4,11 +4,14 @@ Run: `uv run python benchmarks/rolloutlib_bench.py` (add `--json` for machine-re
 
 1. `rollout()` against a raw Gymnasium loop on a no-op environment (goal: at most 10% more
    time per step). The raw loop records each transition as a tuple, the least any recorder
-   does; a loop that records nothing is shown for reference. Both a plain `gymnasium.Env` and
-   a `rolloutlib.Env` (whose calls are serialized by a lock) are measured, each against the
-   raw loop on the same environment. The added nanoseconds per step are also reported, and a
-   third environment that does a few microseconds of work per step shows the overhead at a more
-   realistic step cost. Times are CPU time of the benchmark thread (robust to other load).
+   does; a loop that records nothing is shown for reference, and so is the raw loop building a
+   `Step` per transition with no checks (the floor for any recorder of `Step` records: the
+   difference splits `rollout()`'s overhead into the record itself and its checks). Both a
+   plain `gymnasium.Env` and a `rolloutlib.Env` (whose calls are serialized by a lock) are
+   measured, each against the raw loop on the same environment. The added nanoseconds per
+   step are also reported, and a third environment that does a few microseconds of work per
+   step shows the overhead at a more realistic step cost. Times are CPU time of the benchmark
+   thread (robust to other load).
 2. `arollout_group` of 64 environments that each sleep 10 ms per step (goal: about 10 ms per
    step for the whole group, not 64 x 10 ms = 640 ms). Measured for async environments
    (`asyncio.sleep`) and for blocking sync environments (`time.sleep`) run through
@@ -28,7 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
-from rolloutlib import AsyncEnv, Env, arollout_group, rollout
+from rolloutlib import AsyncEnv, Env, Step, arollout_group, rollout
 
 EPISODE_STEPS = 2_000
 REPEATS = 15
@@ -104,6 +107,20 @@ def raw_loop_recording(env: gym.Env[Any, Any], policy: Callable[[Any], Any]) -> 
             return transitions
 
 
+def raw_loop_steps(env: gym.Env[Any, Any], policy: Callable[[Any], Any]) -> list[Step]:
+    """The floor for any recorder of `Step` records: the raw loop building a `Step` per
+    transition, with no checks at all. `rollout()` minus this is its validation cost."""
+    observation, _ = env.reset()
+    steps = []
+    while True:
+        action = policy(observation)
+        next_observation, reward, terminated, truncated, info = env.step(action)
+        steps.append(Step(observation, action, reward, terminated, truncated, info))  # type: ignore[arg-type]
+        observation = next_observation
+        if terminated or truncated:
+            return steps
+
+
 def raw_loop_bare(env: gym.Env[Any, Any], policy: Callable[[Any], Any]) -> int:
     """For reference: the same loop, recording nothing."""
     env.reset()
@@ -149,18 +166,23 @@ def bench_rollout_overhead() -> list[dict[str, Any]]:
             {
                 "bare": lambda env=env: raw_loop_bare(env, policy),
                 "raw": lambda env=env: raw_loop_recording(env, policy),
+                "raw_steps": lambda env=env: raw_loop_steps(env, policy),
                 "rollout": lambda env=env: rollout(env, policy),
             },
             EPISODE_STEPS,
         )
         bare, raw, ours = timings["bare"], timings["raw"], timings["rollout"]
+        raw_steps = timings["raw_steps"]
         rows.append(
             {
                 "env": label,
                 "raw_loop_bare_ns_per_step": round(bare, 1),
                 "raw_loop_ns_per_step": round(raw, 1),
+                "raw_loop_steps_ns_per_step": round(raw_steps, 1),
                 "rollout_ns_per_step": round(ours, 1),
                 "added_ns_per_step": round(ours - raw, 1),
+                "step_record_ns": round(raw_steps - raw, 1),
+                "checks_ns": round(ours - raw_steps, 1),
                 "ratio": round(ours / raw, 3),
                 "overhead_pct": round((ours / raw - 1) * 100, 1),
                 "goal_met": ours / raw <= 1.10,
@@ -253,16 +275,21 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(f"rollout() vs a raw Gymnasium loop, no-op env, {EPISODE_STEPS}-step episodes")
     print(
-        f"{'env':<26}{'bare loop':>12}{'raw loop':>12}{'rollout()':>12}{'added':>10}"
-        f"{'ratio':>8}  goal <=1.10"
+        f"{'env':<26}{'bare loop':>12}{'raw loop':>12}{'raw+Step':>12}{'rollout()':>12}"
+        f"{'added':>10}{'=Step':>9}{'+checks':>10}{'ratio':>8}  goal <=1.10"
     )
     for row in results["rollout_overhead"]:
         print(
             f"{row['env']:<26}{row['raw_loop_bare_ns_per_step']:>9.0f} ns"
-            f"{row['raw_loop_ns_per_step']:>9.0f} ns{row['rollout_ns_per_step']:>9.0f} ns"
-            f"{row['added_ns_per_step']:>7.0f} ns{row['ratio']:>8.2f}  "
+            f"{row['raw_loop_ns_per_step']:>9.0f} ns{row['raw_loop_steps_ns_per_step']:>9.0f} ns"
+            f"{row['rollout_ns_per_step']:>9.0f} ns{row['added_ns_per_step']:>7.0f} ns"
+            f"{row['step_record_ns']:>6.0f} ns{row['checks_ns']:>7.0f} ns{row['ratio']:>8.2f}  "
             f"{'met' if row['goal_met'] else 'NOT met'}"
         )
+    print(
+        "raw+Step: the raw loop building a Step per transition and checking nothing (the floor "
+        "for\nany recorder of Step records); added = Step record (=Step) + rollout()'s checks."
+    )
     print()
     print(
         f"arollout_group: {GROUP_SIZE} envs x {GROUP_STEPS} steps, "
