@@ -162,9 +162,13 @@ def decode(stored: Stored, previous: Turn | None) -> tuple[tuple[int, ...], dict
 
 class TurnCache:
     """The last recorded turn of recently written seat attempts (rows known to be in the
-    ledger: written by this process, or read from it), to store the next turn against."""
+    ledger: written by this process, or read from it), to store the next turn against.
 
-    def __init__(self, seats: int = 4096) -> None:
+    Bounded (least recently used first out): a turn holds its whole prompt, and a gateway's
+    seats keep the same objects alive while they play; a seat that fell out stores its next
+    turn whole."""
+
+    def __init__(self, seats: int = 1024) -> None:
         self._seats = seats
         self._turns: OrderedDict[SeatKey, Turn] = OrderedDict()
 
