@@ -4,16 +4,28 @@ The grid lives in a sandbox (`server.py`, one small process per instance), so th
 episode can be played by different runners, in different processes, and still see each other:
 a teammate blocks the cell it stands on, and `say` messages show up in the others' next view.
 
-Each turn an agent reads a short text view (`goal 2 right 1 down. mate 1 left.`) and calls the
-`move` tool (up, down, left or right); a reply that is only a direction word is the same move
-(the short form a tiny model learns first). It ends when it reaches its goal or after `max_turns`
-moves, then waits for its teammates; its reward is half its own progress (the share of the
-start distance it covered) and half the team's (1 when every agent reached its goal). The
-view names the right direction words, so a tiny model can learn the task in a few minutes:
+Each turn an agent reads a short text view (`mate +1,0. goal 2 right 1 down.`: its teammate's
+offset, and the directions toward its goal) and calls the `move` tool (up, down, left or right);
+a reply that is only a direction word is the same move (the short form a tiny model learns
+first). It ends when it reaches its goal or after `max_moves` moves, then waits for its
+teammates. Its reward is dense per move plus a team part: `OWN_SHARE` times the share of its
+moves that brought it closer to its goal (a reply that is no move counts -`INVALID_PENALTY`),
+plus `1 - OWN_SHARE` when every agent reached its goal.
+The episodes of a group play the same layout, so group-relative advantages compare moves.
+
+Two environments share the world:
+
+- `environment`: the `move` tool is offered (the chat template's tools block, ~400 characters
+  of system prompt); goals 1-2 steps away, 3 moves each; for models that call tools.
+- `compact`: the smallest version, for tiny models: no tools block (a 30-token prompt),
+  directions written as letters (`mate -1,0. goal 1r.`), the reply the tool's shortest form, a
+  letter (`u`, `d`, `l`, `r`); goals next to their agents, one move each.
+  `benchmarks/gridworld_learning.py` trains it on the cpu-tiny preset:
 
     uv run rollout env check gridworld.environment:environment
-    uv run rollout train gridworld.environment:environment --preset cpu-tiny \\
-        --set model.init.alphabet=null --set model.init.vocab_size=160
+    uv run rollout train gridworld.environment:compact --preset cpu-tiny \\
+        --set model.init.alphabet=null --set model.init.vocab_size=160 \\
+        --set warmup_steps=30 --set warmup_learning_rate=0.003
 """
 
 from __future__ import annotations
@@ -32,6 +44,12 @@ from rollout.sandboxes import JsonLines, ProcessPool, SandboxedEnvironment, conn
 
 SERVER = Path(__file__).resolve().parent / "server.py"
 DIRECTIONS = ("up", "down", "left", "right")
+SHORT = {direction[0]: direction for direction in DIRECTIONS}
+"""A direction's short form, its first letter: `u`, `d`, `l`, `r`."""
+OWN_SHARE = 0.7
+"""The part of the reward an agent earns by its own moves; the rest is the team's success."""
+INVALID_PENALTY = 0.5
+"""What a reply that is not a move costs (a wrong move costs nothing)."""
 
 MOVE = ToolSpec(
     name="move",
@@ -64,56 +82,106 @@ class GridPool(ProcessPool):
         return dict(details)
 
 
-def describe(view: Mapping[str, Any]) -> str:
-    """The text an agent reads, e.g. `goal 2 right 1 down. mate 1 left.`
+def describe(view: Mapping[str, Any], *, short: bool = False) -> str:
+    """The text an agent reads, e.g. `mate -1,0. goal 2 right 1 down.`
+
+    Only the goal is given in direction words (the words to answer with), and last: its last
+    word is always a move that brings the agent closer, right before the reply. A teammate's
+    offset is given as signed numbers (x to the right, y up), so it cannot be taken for a move.
+    `short` writes each direction as its letter (the reply's short form).
 
     >>> describe({"goal": [2, -1], "mates": [[1, -1, 0]], "heard": [], "at_goal": False})
-    'goal 2 right 1 down. mate 1 left.'
+    'mate -1,0. goal 2 right 1 down.'
+    >>> describe({"goal": [2, -1], "mates": [], "heard": [], "at_goal": False}, short=True)
+    'goal 2r 1d.'
     >>> describe({"goal": [0, 0], "mates": [], "heard": ["agent 1: hi"], "at_goal": True})
-    'at goal. heard agent 1: hi.'
+    'heard agent 1: hi. at goal.'
     """
-    parts = ["at goal" if view["at_goal"] else "goal " + _offset(*view["goal"])]
+    parts = [f"heard {text}" for text in view["heard"]]
     for _agent, dx, dy in view["mates"]:
-        parts.append("mate " + (_offset(dx, dy) if (dx, dy) != (0, 0) else "here"))
-    parts.extend(f"heard {text}" for text in view["heard"])
+        parts.append(f"mate {_signed(dx)},{_signed(dy)}" if (dx, dy) != (0, 0) else "mate here")
+    parts.append("at goal" if view["at_goal"] else "goal " + _offset(*view["goal"], short=short))
     return ". ".join(parts) + "."
 
 
-def _offset(dx: int, dy: int) -> str:
+def _signed(n: int) -> str:
+    return f"{n:+d}" if n else "0"
+
+
+def _offset(dx: int, dy: int, *, short: bool = False) -> str:
     words = []
     if dx:
-        words.append(f"{abs(dx)} {'right' if dx > 0 else 'left'}")
+        words.append((abs(dx), "right" if dx > 0 else "left"))
     if dy:
-        words.append(f"{abs(dy)} {'up' if dy > 0 else 'down'}")
-    return " ".join(words) or "here"
+        words.append((abs(dy), "up" if dy > 0 else "down"))
+    if short:
+        return " ".join(f"{n}{word[0]}" for n, word in words) or "here"
+    return " ".join(f"{n} {word}" for n, word in words) or "here"
+
+
+def distance(view: Mapping[str, Any]) -> int:
+    """Steps from the agent to its goal in a view.
+
+    >>> distance({"goal": [2, -1]})
+    3
+    """
+    dx, dy = view["goal"]
+    return abs(dx) + abs(dy)
 
 
 def _direction(reply: Message) -> str | None:
-    """The move a reply makes: a `move` call's direction, or a reply that is only a direction.
+    """The move a reply makes: a `move` call's direction, or a reply that is only a direction
+    (a word or its letter).
 
-    >>> _direction(Message.assistant("left"))
-    'left'
+    >>> _direction(Message.assistant("left")), _direction(Message.assistant("r"))
+    ('left', 'right')
     >>> _direction(Message.assistant("I go left"))  # prose is not an action
     """
     calls: list[ToolCall] = [c for c in reply.tool_calls or [] if c.name == "move"]
     if not calls:
         text = reply.text.strip().lower()
-        return text if text in DIRECTIONS else None
+        return text if text in DIRECTIONS else SHORT.get(text)
     direction = calls[0].parsed_arguments().get("direction")
     return direction if direction in DIRECTIONS else None
 
 
+def reward(closer: int, invalid: int, moves: int, team_reached: bool) -> float:
+    """An agent's reward: per move, 1 if it brought the agent closer and -0.5 if the reply was
+    not a move (so a wrong move beats no move), averaged; and the team's success.
+
+    >>> reward(closer=2, invalid=0, moves=2, team_reached=True)
+    1.0
+    >>> round(reward(closer=1, invalid=0, moves=2, team_reached=False), 2)
+    0.35
+    >>> round(reward(closer=1, invalid=1, moves=2, team_reached=False), 3)
+    0.175
+    """
+    own = (closer - INVALID_PENALTY * invalid) / moves if moves else 0.0
+    return OWN_SHARE * own + (1.0 - OWN_SHARE) * float(team_reached)
+
+
 class Walk(Task):
-    """One agent: move to the goal through the shared grid."""
+    """One agent: move to the goal through the shared grid.
+
+    Parameters: `size` (grid side), `reach` (goals are 1 to `reach` steps from the start),
+    `max_moves`, `layout` (the seed of the world, shared by the episodes of a group; default the
+    episode's seed), `tools` (offer the `move` tool in the prompt), `team_wait` (seconds).
+    """
 
     def __init__(self, parameters: Mapping[str, Any]) -> None:
         super().__init__(parameters)
-        self.size = int(parameters.get("size", 4))
-        self.max_moves = int(parameters.get("max_moves", 4))
+        self.size = int(parameters.get("size", 3))
+        self.reach = int(parameters.get("reach", 2))
+        self.max_moves = int(parameters.get("max_moves", 3))
+        self.layout = parameters.get("layout")
+        self.tools = bool(parameters.get("tools", True))
+        self.short = bool(parameters.get("short", False))
         self.team_wait = float(parameters.get("team_wait", 30.0))
         self.channel: JsonLines | None = None
         self.moves = 0
+        self.closer = 0
         self.invalid = 0
+        self.distance = 0
 
     async def _request(self, run: RunContext, op: str, **fields: Any) -> dict[str, Any]:
         if self.channel is None:
@@ -123,8 +191,15 @@ class Walk(Task):
         return await self.channel.request(message, timeout=self.team_wait + 30)
 
     async def start(self, run: RunContext) -> Observation:
-        view = await self._request(run, "join", agents=run.agents, seed=run.seed, size=self.size)
-        return Observation(describe(view), tools=[MOVE])
+        seed = run.seed if self.layout is None else int(self.layout)
+        view = await self._request(
+            run, "join", agents=run.agents, seed=seed, size=self.size, reach=self.reach
+        )
+        self.distance = distance(view)
+        return Observation(self._describe(view), tools=[MOVE] if self.tools else None)
+
+    def _describe(self, view: Mapping[str, Any]) -> str:
+        return describe(view, short=self.short)
 
     async def respond(self, run: RunContext, reply: Message) -> Observation:
         direction = _direction(reply)
@@ -132,14 +207,17 @@ class Walk(Task):
         if direction is None:
             self.invalid += 1
             view = await self._request(run, "look")
-            text = "call move with up, down, left or right. " + describe(view)
+            text = "call move with up, down, left or right. " + self._describe(view)
         else:
             view = await self._request(run, "move", direction=direction)
             text = (
-                describe(view)
+                self._describe(view)
                 if view["result"] == "moved"
-                else f"{view['result']}. " + describe(view)
+                else f"{view['result']}. " + self._describe(view)
             )
+        now = distance(view)
+        self.closer += now < self.distance
+        self.distance = now
         if view["at_goal"] or self.moves >= self.max_moves:
             return await self._end(run)
         if direction and reply.tool_calls:
@@ -150,13 +228,15 @@ class Walk(Task):
         await self._request(run, "finish")
         outcome = await self._request(run, "wait_all", timeout=self.team_wait)
         start = outcome["start_distance"][run.agent]
-        own = (start - outcome["distance"][run.agent]) / start if start else 1.0
-        team = 1.0 if all(outcome["reached"]) else 0.0
+        progress = (start - outcome["distance"][run.agent]) / start if start else 1.0
+        team = all(outcome["reached"])
         return End(
-            reward=0.5 * max(own, 0.0) + 0.5 * team,
+            reward=reward(self.closer, self.invalid, self.moves, team),
             metrics={
-                "own_progress": own,
-                "team_reached": team,
+                "own_progress": progress,
+                "closer_moves": self.closer / self.moves if self.moves else 0.0,
+                "reached": float(outcome["reached"][run.agent]),
+                "team_reached": float(team),
                 "moves": float(self.moves),
                 "invalid": float(self.invalid),
             },
@@ -172,9 +252,14 @@ def _call_id(reply: Message) -> str:
     return calls[0].id if calls else "move"
 
 
-def draw(rng: random.Random) -> dict[str, Any]:
-    """A layout seed is the episode's; the parameters only size the world."""
-    return {"size": 4, "max_moves": 4}
+class Draw:
+    """A group's parameters: one layout seed (every episode of the group plays it) and sizes."""
+
+    def __init__(self, **fixed: Any) -> None:
+        self.fixed = fixed
+
+    def __call__(self, rng: random.Random) -> dict[str, Any]:
+        return {"size": 3, "reach": 2, "max_moves": 3, **self.fixed, "layout": rng.randrange(2**31)}
 
 
 # The tools block of the system prompt as the tiny models' chat template writes it (Hermes
@@ -189,26 +274,62 @@ TOOLS_SYSTEM = (
 )
 
 
-def format_example(rng: random.Random) -> tuple[list[Message], str]:
-    """A view and a move of the right shape in a random direction (no task information).
+def _random_view(rng: random.Random, *, short: bool) -> str:
+    goal = [0, 0]
+    while goal == [0, 0]:
+        goal = [rng.randint(-2, 2), rng.randint(-2, 2)]
+    mate = [1, rng.randint(-2, 2), rng.randint(-2, 2)]
+    return describe({"goal": goal, "mates": [mate], "heard": [], "at_goal": False}, short=short)
 
-    The reply is the short form of the action (a direction word), which a tiny model learns in
-    a few warm-up steps; larger models call the `move` tool.
+
+def _format_example(rng: random.Random, *, tools: bool, short: bool) -> tuple[list[Message], str]:
+    """Views and moves of the right shape in random directions (no task information): a first
+    turn, or a later one after random earlier moves.
+
+    The reply is the short form of the action (a direction word, or its letter), which a tiny
+    model learns in a few warm-up steps; larger models call the `move` tool.
     """
-    dx, dy = rng.randint(-3, 3), rng.randint(-3, 3)
-    view = {"goal": [dx, dy], "mates": [[1, rng.randint(-2, 2), 1]], "heard": [], "at_goal": False}
-    messages = [Message.system(TOOLS_SYSTEM), Message.user(describe(view))]
-    return messages, rng.choice(DIRECTIONS)
+    replies = tuple(SHORT) if short else DIRECTIONS
+    messages = [Message.system(TOOLS_SYSTEM)] if tools else []
+    for _ in range(rng.randint(0, 2)):
+        messages.append(Message.user(_random_view(rng, short=short)))
+        messages.append(Message.assistant(rng.choice(replies)))
+    messages.append(Message.user(_random_view(rng, short=short)))
+    return messages, rng.choice(replies)
+
+
+def format_example(rng: random.Random) -> tuple[list[Message], str]:
+    """A warm-up example for `environment` (the tools block; direction words)."""
+    return _format_example(rng, tools=True, short=False)
+
+
+def compact_example(rng: random.Random) -> tuple[list[Message], str]:
+    """A warm-up example for `compact` (no tools block; direction letters)."""
+    return _format_example(rng, tools=False, short=True)
 
 
 environment = SandboxedEnvironment(
     name="gridworld",
     task=Walk,
-    parameters=draw,
+    parameters=Draw(),
     agents=2,
     group_size=8,
     max_turns=6,
     pool=GridPool(),
     sampling={"max_tokens": 40, "temperature": 1.0},
     warmup=format_example,
+)
+
+compact = SandboxedEnvironment(
+    name="gridworld-compact",
+    task=Walk,
+    # Goals next to their agent and one move each: one right answer for both agents (neither's
+    # seats are easier than the other's) and the reward is that move's (a tiny model learns it).
+    parameters=Draw(tools=False, short=True, reach=1, max_moves=1),
+    agents=2,
+    group_size=8,
+    max_turns=6,
+    pool=GridPool(),
+    sampling={"max_tokens": 4, "temperature": 1.0},
+    warmup=compact_example,
 )

@@ -8,7 +8,8 @@ Every request but `reset` names the claim's `epoch`: the first `join` of a highe
 a new world from the episode's seed, and a request from an older epoch (a runner that lost its
 claim) is refused, so it can never act in a later episode's world.
 
-- `join {epoch, agent, agents, seed, size}`: lay out the world (once per epoch); the view.
+- `join {epoch, agent, agents, seed, size, reach}`: lay out the world (once per epoch; goals
+  1 to `reach` steps from their agent's start, default 3); the view.
 - `move {epoch, agent, direction}`: one step up/down/left/right unless a wall or another agent
   is in the way; the view.
 - `say {epoch, agent, text}`: a message every other agent sees in its next view.
@@ -31,7 +32,7 @@ DIRECTIONS = {"up": (0, 1), "down": (0, -1), "left": (-1, 0), "right": (1, 0)}
 class World:
     """Agents on a `size` x `size` grid, each with a goal cell."""
 
-    def __init__(self, epoch: int, agents: int, seed: int, size: int) -> None:
+    def __init__(self, epoch: int, agents: int, seed: int, size: int, reach: int = 3) -> None:
         rng = random.Random(seed)
         cells = [(x, y) for x in range(size) for y in range(size)]
         rng.shuffle(cells)
@@ -41,21 +42,26 @@ class World:
         self.positions = cells[:agents]
         self.goals: list[tuple[int, int]] = []
         for agent in range(agents):
-            # A goal 1-3 steps away, inside the grid, not on anyone's start.
-            x, y = self.positions[agent]
-            options = [
-                (gx, gy)
-                for gx in range(size)
-                for gy in range(size)
-                if 1 <= abs(gx - x) + abs(gy - y) <= 3
-                and (gx, gy) not in self.positions
-                and (gx, gy) not in self.goals
-            ]
-            self.goals.append(rng.choice(options))
+            self.goals.append(rng.choice(self._goal_options(agent, max(reach, 1))))
         self.start_distance = [self.distance(a) for a in range(agents)]
         self.finished: set[int] = set()
         self.messages: list[list[str]] = [[] for _ in range(agents)]
         self.changed = asyncio.Event()
+
+    def _goal_options(self, agent: int, reach: int) -> list[tuple[int, int]]:
+        """Free cells 1 to `reach` steps from the agent's start (further if none is free)."""
+        x, y = self.positions[agent]
+        taken = {*self.positions, *self.goals}
+        for limit in range(reach, 2 * self.size):
+            options = [
+                (gx, gy)
+                for gx in range(self.size)
+                for gy in range(self.size)
+                if 1 <= abs(gx - x) + abs(gy - y) <= limit and (gx, gy) not in taken
+            ]
+            if options:
+                return options
+        raise ValueError(f"no free cell for agent {agent}'s goal on a {self.size}x{self.size} grid")
 
     def distance(self, agent: int) -> int:
         (x, y), (gx, gy) = self.positions[agent], self.goals[agent]
@@ -127,7 +133,11 @@ class Server:
                 raise ValueError(f"stale epoch {epoch} < {self.world.epoch}")
             if self.world is None or epoch > self.world.epoch:
                 self.world = World(
-                    epoch, int(request["agents"]), int(request["seed"]), int(request["size"])
+                    epoch,
+                    int(request["agents"]),
+                    int(request["seed"]),
+                    int(request["size"]),
+                    int(request.get("reach", 3)),
                 )
             return self.world.view(int(request["agent"]))
         world = self._world(request)
