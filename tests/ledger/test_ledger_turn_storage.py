@@ -209,7 +209,7 @@ async def test_turns_written_before_migration_0007_read_back(empty_database_url:
             FROM generate_series(0, 2) k;
             """
         )
-    assert await apply_migrations(empty_database_url) == ["0007_turn_deltas.sql"]
+    assert (await apply_migrations(empty_database_url))[0] == "0007_turn_deltas.sql"
     ledger = await Ledger.connect(empty_database_url)
     try:
         turns = await ledger.seat_turns("e1", 0, 1)
