@@ -13,8 +13,11 @@ process, in several ways:
 - `batched_100` / `batched_500`: `await ledger.record_turns(batch)` (one transaction each),
   a batch holding several consecutive turns of each seat (written in waves: one statement per
   turn of a seat, so that each turn is stored against the one before it);
-- `batched_500_one_per_seat`: the same, one turn of each of 500 seats a batch (one statement,
-  as a gateway's concurrent calls are batched);
+- `batched_500_one_per_seat`: the same, one turn of each of 500 seats a batch (one COPY into a
+  staging table and one fenced INSERT, as a gateway's concurrent calls are batched);
+- `batched_500_one_per_seat_arrays`: the same by the array statement (the path before COPY);
+- `batched_all_in_one_call`: all the turns in one `record_turns` call (one transaction: a COPY
+  and an INSERT per wave of 500 seats);
 - `baseline_executemany`: the raw INSERT of the same rows, no fence and no NOTIFY, into a copy
   of the turns table, by `executemany` in one transaction (psycopg pipelines it);
 - `baseline_executemany_bytea`: the same with the token arrays packed as bytea (int32), to
@@ -51,6 +54,7 @@ from psycopg.types.json import Jsonb
 
 from rollout.contracts import Turn
 from rollout.ledger import EpisodeSpec, Ledger, SeatClaim
+from rollout.ledger import turns as turns_module
 from rollout.ledger.adapters import Float8s, Int4s, register_dumpers
 from rollout.ledger.embedded import database_url, stop_embedded, with_database
 
@@ -231,6 +235,18 @@ async def bench(url: str, total: int) -> dict[str, Any]:
         # As a gateway's flush holds them: one turn of each of 500 seats a batch (one wave).
         turns = sorted(next_turns(total), key=lambda t: (t.index, t.episode_id))
         results["batched_500_one_per_seat"] = await timed(lambda: batched(turns, 500), len(turns))
+        turns = sorted(next_turns(total), key=lambda t: (t.index, t.episode_id))
+        copy_min, turns_module.COPY_MIN = turns_module.COPY_MIN, sys.maxsize
+        try:
+            results["batched_500_one_per_seat_arrays"] = await timed(
+                lambda: batched(turns, 500), len(turns)
+            )
+        finally:
+            turns_module.COPY_MIN = copy_min
+        turns = sorted(next_turns(total), key=lambda t: (t.index, t.episode_id))
+        results["batched_all_in_one_call"] = await timed(
+            lambda: batched(turns, len(turns)), len(turns)
+        )
 
         turns = next_turns(total)
         rows = baseline_rows(turns, run.run_id, packed=False)
@@ -309,7 +325,7 @@ def main() -> None:
     )
     for mode, figures in report["results"].items():
         print(
-            f"  {mode:28s} {figures['turns_per_s']:>10,.0f} turns/s"
+            f"  {mode:32s} {figures['turns_per_s']:>10,.0f} turns/s"
             f"  {figures['client_cpu_s_per_1k']:.3f} client CPU s/1k"
             f"  x{figures['ratio_vs_baseline']:.2f} vs baseline"
         )

@@ -5,7 +5,9 @@ concurrent `record_turn` calls.
 concurrent claim of one of those seats waits for this statement's transaction), inserts the
 turns whose attempt is their seat's latest and whose seat has not ended, and reports per row
 what it saw, so each turn gets its own answer: True (new), False (recorded before), or an error
-(StaleFence, NotFound).
+(StaleFence, NotFound). A statement of at least `COPY_MIN` turns sends its rows by binary COPY
+into a staging table instead, and inserts from there with the same fence and report
+(`rollout.ledger.turn_copy`).
 
 `TurnWriter` (`rollout.ledger.turn_writer`) gives single-turn calls the throughput of batches
 with no added latency: a call joins the pending batch; when fewer than `max_in_flight` batches
@@ -35,6 +37,7 @@ from rollout.ledger.connection import LedgerConnection, Pool, fetch_all
 from rollout.ledger.errors import InvalidInput, StaleFence
 from rollout.ledger.inputs import jsonb
 from rollout.ledger.seats import seat_not_found, seat_taken_over
+from rollout.ledger.turn_copy import COPY_MIN, copy_turns
 from rollout.ledger.turn_storage import (
     INHERIT_SEPARATOR,
     TURN_COLUMNS,
@@ -265,6 +268,8 @@ async def _write_part(
 ) -> list[Outcome]:
     if len(turns) == 1:
         found = await fetch_all(conn, dict_row, WRITE_TURN, _single_params(turns[0], stored[0]))
+    elif len(turns) >= COPY_MIN:
+        found = await copy_turns(conn, turns, stored)
     else:
         found = await fetch_all(conn, dict_row, WRITE_TURNS, _batch_params(turns, stored))
     rows = {row["ord"]: row for row in found}  # ord counts from 1
