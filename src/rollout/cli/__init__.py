@@ -7,6 +7,7 @@
   `bridge`, `up`);
 - `train`: `rollout train`;
 - `state`: `rollout down` (stop the state folder's embedded Postgres), `rollout gc`;
+- `ps`: `rollout ps` (role processes from their heartbeats; stale ones shown dead);
 - `common`: consoles, shared options, running async work.
 
 Every command prints user errors (bad input, missing runs, broken environments) as one red line
@@ -29,6 +30,7 @@ from rollout.cli import (
     models,
     monitor,
     presets,
+    ps,
     roles,
     runs,
     sandboxes,
@@ -99,6 +101,7 @@ app.command("monitor")(monitor.monitor)
 app.add_typer(sandboxes.sandboxes_app, name="sandboxes")
 app.command("down")(state.down)
 app.command("gc")(state.gc)
+app.command("ps")(ps.ps)
 
 
 QUIET_ENVIRONMENT = {

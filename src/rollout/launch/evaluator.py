@@ -33,6 +33,7 @@ async def evaluator(
     ledger = await Ledger.connect()
     try:
         run_id = (await ledger.get_run(run)).run_id if run else None
+        await ledger.start_heartbeat("evaluator", run_id=run_id, status="evaluating")
         worker = Evaluator(
             ledger,
             BlobStore.from_url(),

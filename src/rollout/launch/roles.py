@@ -7,6 +7,7 @@ ledger: the database URL comes from ROLLOUT_DATABASE_URL (or the embedded Postgr
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -51,11 +52,13 @@ async def inference(stop: asyncio.Event, *, run: str, host: str, port: int) -> N
     try:
         record = await ledger.get_run(run)
         spec = RunSpec.of(record)
+        await ledger.start_heartbeat("inference", run_id=record.run_id, status="loading model")
         backend, app, vllm_server = await _serving_backend(spec, _cache(record.run_id, "vllm"))
         server = AppServer(app, host=host, port=port)
         await server.start()
         await advertise(ledger, record.run_id, "inference_url", server.url)
         log.info("inference for %s at %s", record.run_id, server.url)
+        ledger.set_process_status(f"serving at {server.url}")
         follower = ServingFollower(
             ledger,
             backend,
@@ -114,6 +117,9 @@ async def gateway(stop: asyncio.Event, *, run: str, host: str, port: int) -> Non
     try:
         record = await ledger.get_run(run)
         settings = await ledger.settings(record.run_id)
+        await ledger.start_heartbeat(
+            "gateway", run_id=record.run_id, status="waiting for inference"
+        )
         inference_url = settings.get("inference_url")
         while not inference_url and not stop.is_set():
             await ledger.wait("settings", timeout=1.0)
@@ -132,6 +138,7 @@ async def gateway(stop: asyncio.Event, *, run: str, host: str, port: int) -> Non
         await server.start()
         await advertise(ledger, record.run_id, "gateway_url", server.url)
         log.info("gateway for %s at %s/v1", record.run_id, server.url)
+        ledger.set_process_status(f"serving at {server.url}/v1")
         try:
             await stop.wait()
         finally:
@@ -148,6 +155,7 @@ async def trainer(stop: asyncio.Event, *, run: str) -> None:
     try:
         record = await ledger.get_run(run)
         work = _cache(record.run_id, "trainer")
+        await ledger.start_heartbeat("trainer", run_id=record.run_id, status="training")
         await Trainer(ledger, BlobStore.from_url(), record.run_id, work_dir=work).run(stop)
         if not stop.is_set():  # finished: stay until told to stop, so the supervisor is calm
             await stop.wait()
@@ -163,6 +171,7 @@ async def runner(
     ledger = await _connect()
     try:
         run_id = (await ledger.get_run(run)).run_id if run else None
+        await ledger.start_heartbeat("runner", run_id=run_id, status="playing seats")
         worker = Runner(
             ledger,
             runner_id=f"{name or default_runner_id()}-{os.getpid()}",
@@ -182,6 +191,7 @@ async def bridge(stop: asyncio.Event) -> None:
 
     ledger = await _connect()
     try:
+        await ledger.start_heartbeat("bridge", status="converting checkpoints")
         await Bridge(ledger, BlobStore.from_url()).run(stop)
     finally:
         await ledger.close()
@@ -193,6 +203,12 @@ async def supervise(stop: asyncio.Event, *, runs: list[str] | None, until_finish
 
     ledger = await _connect()
     try:
+        # Single-run `rollout train`: that run; `rollout up`: every run (no run id).
+        sole = None
+        if runs and len(runs) == 1:
+            with contextlib.suppress(LookupError):  # a run not created yet: no run id
+                sole = (await ledger.get_run(runs[0])).run_id
+        await ledger.start_heartbeat("supervisor", run_id=sole, status="supervising")
         await LocalSupervisor(ledger, get_settings(), runs=runs, until_finished=until_finished).run(
             stop
         )

@@ -19,7 +19,9 @@ SQL named once at the top of the module:
 - notify.py: wake-ups (`listen`, `wait` on channels from `CHANNELS`; polling is the fallback);
 - presets.py: presets stored by `rollout preset load` (`store_preset`, `presets`, `find_preset`);
 - evals.py: eval suites, requests, jobs, the claims of their seats and their scores;
-- sandboxes.py: sandbox instances and their fenced claims.
+- sandboxes.py: sandbox instances and their fenced claims;
+- processes.py: heartbeats of role processes (`start_heartbeat`, `set_process_status`,
+  `processes`, read by `rollout ps`).
 
 Why mixins and not delegation: every concept needs the same pool and nothing else, and callers
 keep one flat namespace (`ledger.claim_seat`, not `ledger.seats.claim`). Delegating would
@@ -43,6 +45,7 @@ from rollout.ledger.evals import EvalsMixin
 from rollout.ledger.leases import LeasesMixin
 from rollout.ledger.notify import WakeupsMixin
 from rollout.ledger.presets import PresetsMixin
+from rollout.ledger.processes import ProcessesMixin
 from rollout.ledger.runs import RunsMixin
 from rollout.ledger.sandboxes import SandboxesMixin
 from rollout.ledger.seats import SeatsMixin
@@ -65,6 +68,7 @@ class Ledger(
     EvalsMixin,
     PresetsMixin,
     SandboxesMixin,
+    ProcessesMixin,
 ):
     """A connection pool to the ledger database, a turn batcher and a listener for wake-ups.
 
