@@ -15,6 +15,15 @@ lr 1e-3). `--lag K` samples with the weights of K steps ago (a delayed copy of t
 Run: `uv run python benchmarks/parity_learning.py --seeds 3` (each seed in its own process, so
 "seconds from process start" includes imports and model creation, as measured originally).
 Compare: `--warmup-steps 0` (no warm-up), `--lag 4 --is tis|icepop|none`.
+
+Platform vs in-process, side by side (issue 11: the platform within 2x):
+`uv run python benchmarks/parity_learning.py --platform --seeds 3` runs, for each seed, this
+loop with the cpu-tiny preset's recipe (20 warm-up steps, 16 x 8 samples, lr 1e-3, one step of
+lag with TIS, prompts through the chat template, target: the mean reward of three steps >= 0.9,
+at most 300 steps), then `rollout train parity.environment:environment --preset cpu-tiny
+--set seed=S` in a fresh process (its state folder shared by the seeds: the first seed also
+builds the model folder; each starts the embedded Postgres, stopped after it), and reports each
+one's seconds from its process start to the target and the ratio.
 """
 
 from __future__ import annotations
@@ -208,7 +217,12 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
                 f"t {elapsed:6.1f}s",
                 flush=True,
             )
-        if t_hit is None and reward >= args.target:
+        window = rewards[-args.window :]
+        if (
+            t_hit is None
+            and len(window) == args.window
+            and sum(window) / args.window >= args.target
+        ):
             t_hit, step_hit, cpu_hit = elapsed, step + 1, time.process_time()
             if not args.keep_going:
                 break
@@ -257,6 +271,82 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
     }
 
 
+CPU_TINY_RECIPE = [
+    "--warmup-steps", "20", "--prompts", "16", "--samples", "8", "--lr", "1e-3",
+    "--lag", "1", "--is", "tis", "--chat", "--system", "none",
+    "--alphabet", "0123456789EO=\n", "--window", "3", "--max-steps", "300", "--quiet",
+]  # fmt: skip
+"""This loop's flags for the cpu-tiny preset's recipe (deploy/chart/rollout/files/presets)."""
+
+
+def _in_process(seed: int) -> dict[str, Any]:
+    proc = subprocess.run(
+        [sys.executable, __file__, *CPU_TINY_RECIPE, "--single-seed", str(seed)],
+        stdout=subprocess.PIPE,
+        text=True,
+        check=True,
+    )
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
+    return json.loads(line[len("RESULT ") :])
+
+
+def _platform(seed: int, state_dir: str) -> dict[str, Any]:
+    env = dict(os.environ, ROLLOUT_STATE_DIR=state_dir)
+    env.pop("ROLLOUT_DATABASE_URL", None)
+    argv = [
+        sys.executable, "-m", "rollout.cli", "train", "parity.environment:environment",
+        "--preset", "cpu-tiny", "--set", f"seed={seed}", "--json",
+    ]  # fmt: skip
+    began = time.time()
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise SystemExit(f"rollout train failed:\n{proc.stderr[-3000:]}")
+    summary = json.loads(proc.stdout)
+    summary["wall_s"] = time.time() - began
+    return summary
+
+
+def platform_side_by_side(args: argparse.Namespace) -> None:
+    """Each seed: the in-process loop, then the platform, on the cpu-tiny recipe."""
+    from rollout.ledger.embedded import stop_embedded
+
+    state_dir = tempfile.mkdtemp(prefix="rollout-parity-", dir="/var/tmp")
+    rows = []
+    for seed in range(args.seed_offset, args.seed_offset + args.seeds):
+        ours = _in_process(seed)
+        try:
+            theirs = _platform(seed, state_dir)
+        finally:
+            stop_embedded(state_dir)  # rollout train leaves it running for the next command
+        ours_s, theirs_s = ours["seconds_to_target"], theirs.get("seconds_to_target")
+        row = {
+            "seed": seed,
+            "in_process_s": ours_s,
+            "in_process_steps": ours["steps_to_target"],
+            "platform_s": theirs_s,  # from the command's start (rollout.launch.summary)
+            "platform_wall_s": round(theirs["wall_s"], 1),
+            "platform_steps": theirs.get("steps"),
+            "ratio": round(theirs_s / ours_s, 2) if ours_s and theirs_s else None,
+        }
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    ratios = [r["ratio"] for r in rows if r["ratio"] is not None]
+    print("\nseed  in-process s  steps  platform s  steps  ratio (goal <= 2)")
+    for r in rows:
+        ours_s = "-" if r["in_process_s"] is None else f"{r['in_process_s']:.1f}"
+        ratio = "-" if r["ratio"] is None else f"{r['ratio']:.2f}"
+        print(
+            f"{r['seed']:4d}  {ours_s:>12}  {r['in_process_steps'] or '-':>5}  "
+            f"{r['platform_s'] or float('nan'):>10.1f}  {r['platform_steps'] or '-':>5}  "
+            f"{ratio:>5}"
+        )
+    if ratios:
+        print(f"median ratio {statistics.median(ratios):.2f} over {len(ratios)} seeds")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"platform_side_by_side": rows}, f, indent=2)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1, one process each")
@@ -294,6 +384,12 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--target", type=float, default=0.9)
+    parser.add_argument("--window", type=int, default=1, help="target: mean of the last N steps")
+    parser.add_argument(
+        "--platform",
+        action="store_true",
+        help="the cpu-tiny recipe here and `rollout train --preset cpu-tiny`, side by side",
+    )
     parser.add_argument("--keep-going", action="store_true", help="run all steps after target")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads per run")
@@ -303,6 +399,9 @@ def main() -> None:
 
     if args.single_seed is not None:
         print("RESULT " + json.dumps(run_seed(args, args.single_seed)), flush=True)
+        return
+    if args.platform:
+        platform_side_by_side(args)
         return
 
     results: list[dict[str, Any]] = []
