@@ -31,13 +31,27 @@ class GatewayCallError(RolloutError):
         self.body = body
 
 
+def gateway_base_url(url: str) -> str:
+    """The gateway's OpenAI base URL (`http://host:port/v1`) from it or from the bare root.
+
+    OpenAI SDKs and Codex take this URL; Anthropic SDKs and Claude Code take the root (the URL
+    without `/v1`: they add `/v1/messages` themselves).
+
+    >>> gateway_base_url("http://127.0.0.1:8000"), gateway_base_url("http://127.0.0.1:8000/v1/")
+    ('http://127.0.0.1:8000/v1', 'http://127.0.0.1:8000/v1')
+    """
+    base = url.rstrip("/")
+    return base if base.endswith("/v1") else f"{base}/v1"
+
+
 class GatewayClient:
     """Calls `POST {base_url}/chat/completions` with one seat's key."""
 
     def __init__(
         self, base_url: str, *, timeout: float = 600.0, retry_seconds: float = 120.0
     ) -> None:
-        self.base_url = base_url.rstrip("/")
+        # One form everywhere (`RunContext.gateway_url`): the OpenAI base URL, `.../v1`.
+        self.base_url = gateway_base_url(base_url)
         self.retry_seconds = retry_seconds
         self._http = JsonHttpClient(timeout=timeout)
 
