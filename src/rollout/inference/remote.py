@@ -17,6 +17,10 @@ from rollout.errors import RolloutError
 from rollout.inference.base import SampleChunk
 from rollout.net.client import JsonHttpClient, TransportError
 
+SECRET_HEADER = "X-Rollout-Secret"
+"""The header that carries a run's `internal_secret` to an inference server bound beyond
+loopback (which answers 401 without it)."""
+
 
 class InferenceUnavailable(RolloutError):
     """The inference server could not be reached or failed."""
@@ -66,8 +70,18 @@ class RemoteBackend:
 
     name = "remote"
 
-    def __init__(self, base_url: str, *, retries: int = 30, retry_wait: float = 1.0) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        retries: int = 30,
+        retry_wait: float = 1.0,
+        secret: str | None = None,
+    ) -> None:
         self.base_url = base_url.rstrip("/")
+        self._headers = {"Content-Type": "application/json"}
+        if secret:  # the run's internal_secret, for a server bound beyond loopback
+            self._headers[SECRET_HEADER] = secret
         self.retries = retries
         self.retry_wait = retry_wait
         self._version = 0
@@ -85,7 +99,7 @@ class RemoteBackend:
                     "POST",
                     f"{self.base_url}{path}",
                     data=json.dumps(body),
-                    headers={"Content-Type": "application/json"},
+                    headers=self._headers,
                 )
             except TransportError as error:  # server restarting: wait and retry
                 last = error
@@ -116,7 +130,7 @@ class RemoteBackend:
         """Tokens as the server chooses them (`POST /sample/stream`, JSON lines)."""
         url = f"{self.base_url}/sample/stream"
         body = json.dumps({"prompt_tokens": list(prompt_tokens), "params": params.model_dump()})
-        headers = {"Content-Type": "application/json"}
+        headers = self._headers
         last: Exception | None = None
         for _ in range(self.retries):
             try:

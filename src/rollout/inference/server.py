@@ -12,20 +12,21 @@ that sampled it.
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
 import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, Protocol
 
-from fastapi import FastAPI, HTTPException
-from fastapi.responses import StreamingResponse
+from fastapi import FastAPI, HTTPException, Request, Response
+from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ValidationError
 
 from rollout.blobs import BlobStore
 from rollout.contracts import SamplingParams
 from rollout.inference.base import InferenceBackend, sample_stream
-from rollout.inference.remote import chunk_to_json, completion_to_json
+from rollout.inference.remote import SECRET_HEADER, chunk_to_json, completion_to_json
 from rollout.inference.weights_cache import fetch
 from rollout.ledger import Ledger
 
@@ -43,8 +44,28 @@ class SampleRequest(BaseModel):
     params: dict[str, Any] = {}
 
 
-def create_inference_app(backend: InferenceBackend, *, model: str) -> FastAPI:
+def create_inference_app(
+    backend: InferenceBackend, *, model: str, secret: str | None = None
+) -> FastAPI:
+    """The inference server's HTTP app.
+
+    Args:
+        backend: What samples.
+        model: The model named by `GET /health`.
+        secret: When set (a server bound beyond loopback), every request must carry it in the
+            `X-Rollout-Secret` header, else it is refused with 401.
+    """
     app = FastAPI(title="rollout inference", docs_url=None, redoc_url=None)
+
+    if secret:
+        expected = secret.encode()
+
+        @app.middleware("http")
+        async def require_secret(request: Request, call_next: Any) -> Response:
+            given = request.headers.get(SECRET_HEADER, "").encode()
+            if not hmac.compare_digest(given, expected):
+                return JSONResponse({"detail": f"missing or wrong {SECRET_HEADER}"}, 401)
+            return await call_next(request)
 
     @app.post("/sample")
     async def sample(request: SampleRequest) -> dict[str, Any]:

@@ -48,13 +48,16 @@ def attach_engine_routes(app: FastAPI, backend: VllmBackend) -> None:
         return {"asleep": backend.asleep}
 
 
-async def set_engines_asleep(inference_url: str, asleep: bool) -> None:
+async def set_engines_asleep(inference_url: str, asleep: bool, secret: str | None = None) -> None:
     """Ask the run's inference role to put its engine to sleep or wake it."""
     client = JsonHttpClient(timeout=600.0)
     try:
         action = "sleep" if asleep else "wake_up"
         response = await client.request(
-            "POST", f"{inference_url.rstrip('/')}/engine/{action}", data=json.dumps({})
+            "POST",
+            f"{inference_url.rstrip('/')}/engine/{action}",
+            data=json.dumps({}),
+            headers={"X-Rollout-Secret": secret} if secret else None,
         )
         if response.status != 200:
             from rollout.inference.base import BackendError
@@ -69,12 +72,13 @@ async def set_engines_asleep(inference_url: str, asleep: bool) -> None:
 @contextlib.asynccontextmanager
 async def engines_asleep(ledger: Ledger, run_id: str, enabled: bool) -> AsyncIterator[None]:
     """While the block runs, the run's engine sleeps (when `enabled`; else nothing happens)."""
-    url = (await ledger.settings(run_id)).get("inference_url") if enabled else None
+    settings = await ledger.settings(run_id) if enabled else {}
+    url, secret = settings.get("inference_url"), settings.get("internal_secret")
     if not url:
         yield
         return
-    await set_engines_asleep(str(url), True)
+    await set_engines_asleep(str(url), True, secret)
     try:
         yield
     finally:
-        await set_engines_asleep(str(url), False)
+        await set_engines_asleep(str(url), False, secret)

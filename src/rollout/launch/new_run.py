@@ -15,6 +15,7 @@ Example:
 
 from __future__ import annotations
 
+import secrets
 import time
 import uuid
 from pathlib import Path
@@ -102,6 +103,8 @@ async def create_run(
     run_spec = RunSpec(kind="train", model=str(model_path), training=config)
     record = await ledger.create_run(name, spec, run_spec.model_dump(mode="json"))
     await ledger.set_setting(record.run_id, "max_lag", config.max_lag)
+    # Internal endpoints bound beyond loopback require it (launch.roles.internal_secret).
+    await ledger.set_setting(record.run_id, "internal_secret", secrets.token_urlsafe(32))
     await ledger.set_setting(record.run_id, "keep_checkpoints", config.keep_checkpoints)
     sampling: dict[str, Any] = {"temperature": config.temperature}
     if config.max_tokens is not None:

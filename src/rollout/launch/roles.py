@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import secrets
 import socket
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,16 @@ async def advertise(ledger: Ledger, run_id: str, key: str, url: str) -> None:
         await ledger.set_setting(run_id, key, url)
 
 
+async def internal_secret(ledger: Ledger, run_id: str) -> str:
+    """The run's `internal_secret` (made at run creation; made now for a run that has none):
+    internal endpoints bound beyond loopback refuse requests without it."""
+    secret = (await ledger.settings(run_id)).get("internal_secret")
+    if not secret:
+        await ledger.set_setting(run_id, "internal_secret", secrets.token_urlsafe(32))
+        secret = (await ledger.settings(run_id))["internal_secret"]
+    return str(secret)
+
+
 async def inference(stop: asyncio.Event, *, run: str, host: str, port: int) -> None:
     from rollout.inference.server import ServingFollower
     from rollout.inference.weights_cache import backend_folder
@@ -53,7 +64,12 @@ async def inference(stop: asyncio.Event, *, run: str, host: str, port: int) -> N
         record = await ledger.get_run(run)
         spec = RunSpec.of(record)
         await ledger.start_heartbeat("inference", run_id=record.run_id, status="loading model")
-        backend, app, vllm_server = await _serving_backend(spec, _cache(record.run_id, "vllm"))
+        from rollout.monitor.app import is_loopback
+
+        # Bound beyond loopback, every caller must send the run's shared secret.
+        secret = None if is_loopback(host) else await internal_secret(ledger, record.run_id)
+        work = _cache(record.run_id, "vllm")
+        backend, app, vllm_server = await _serving_backend(spec, work, secret)
         server = AppServer(app, host=host, port=port)
         await server.start()
         await advertise(ledger, record.run_id, "inference_url", server.url)
@@ -80,7 +96,9 @@ async def inference(stop: asyncio.Event, *, run: str, host: str, port: int) -> N
         await ledger.close()
 
 
-async def _serving_backend(spec: RunSpec, work: Path) -> tuple[Any, Any, Any]:
+async def _serving_backend(
+    spec: RunSpec, work: Path, secret: str | None = None
+) -> tuple[Any, Any, Any]:
     """(backend, inference app, started vLLM server or None) for the run's `backend`."""
     from rollout.inference.server import create_inference_app
 
@@ -91,19 +109,19 @@ async def _serving_backend(spec: RunSpec, work: Path) -> tuple[Any, Any, Any]:
 
         options = vllm_server_options(spec.training, model, work / "vllm.log")
         backend, vllm_server = await start_vllm(options, url=spec.training.vllm.url, work_dir=work)
-        app = create_inference_app(backend, model=model)
+        app = create_inference_app(backend, model=model, secret=secret)
         attach_engine_routes(app, backend)
         return backend, app, vllm_server
     if spec.backend == "tinker" and spec.training is not None:
         from rollout.training.providers.tinker import tinker_sampling_backend
 
         backend = await asyncio.to_thread(tinker_sampling_backend, spec.training)
-        return backend, create_inference_app(backend, model=model), None
+        return backend, create_inference_app(backend, model=model, secret=secret), None
     from rollout.inference.local import LocalBackend
 
     dtype = spec.training.dtype if spec.training is not None else "float32"
     backend = LocalBackend(Path(model), device=spec.device, dtype=dtype)
-    return backend, create_inference_app(backend, model=model), None
+    return backend, create_inference_app(backend, model=model, secret=secret), None
 
 
 async def gateway(stop: asyncio.Event, *, run: str, host: str, port: int) -> None:
@@ -126,7 +144,8 @@ async def gateway(stop: asyncio.Event, *, run: str, host: str, port: int) -> Non
             inference_url = (await ledger.settings(record.run_id)).get("inference_url")
         if stop.is_set():
             return
-        backend = RemoteBackend(str(inference_url))
+        secret = (await ledger.settings(record.run_id)).get("internal_secret")
+        backend = RemoteBackend(str(inference_url), secret=str(secret) if secret else None)
         renderer = HFRenderer(Path(RunSpec.of(record).model))
         gate = LagGate(ledger, record.run_id, default_max_lag=int(settings.get("max_lag", 1)))
 
