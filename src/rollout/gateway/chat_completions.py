@@ -29,6 +29,7 @@ from rollout.gateway.core import (
 )
 from rollout.gateway.errors import GatewayError, error_body
 from rollout.gateway.streaming import LiveTurn, stream_response
+from rollout.gateway.tool_choice import apply_tool_choice, read_tool_choice
 from rollout.gateway.wire import (
     INT64_MAX,
     INT64_MIN,
@@ -68,6 +69,7 @@ class ChatRequest(Loose):
 
 def to_canonical(body: dict[str, Any], gateway: Gateway) -> tuple[CanonicalRequest, ChatRequest]:
     req = validate(ChatRequest, body)
+    choice = read_tool_choice(req.tool_choice, "chat")
     if req.n not in (None, 1):
         raise GatewayError(
             f"n: only n=1 is supported, got {req.n}", param="n", code="unsupported_value"
@@ -85,10 +87,11 @@ def to_canonical(body: dict[str, Any], gateway: Gateway) -> tuple[CanonicalReque
     canonical = CanonicalRequest(
         protocol="chat.completions",
         messages=tuple(messages_from_openai(req.messages)),
-        tools=tuple(tools_from_openai(req.tools, req.tool_choice)),
+        tools=tuple(apply_tool_choice(tools_from_openai(req.tools), choice)),
         params=params,
         model=req.model,
         tool_call_prefix="call_",
+        record={"tool_choice": choice},
     )
     return canonical, req
 
@@ -195,7 +198,8 @@ async def handle(gateway: Gateway, request: Request) -> Response:
     canonical, req = to_canonical(body, gateway)
     response_id = new_id("chatcmpl-")
     canonical = dataclasses.replace(
-        canonical, record={"response_id": response_id, "stream": bool(req.stream)}
+        canonical,
+        record={**canonical.record, "response_id": response_id, "stream": bool(req.stream)},
     )
     if req.stream:
         live = await LiveTurn(gateway.stream(info, canonical)).open()

@@ -23,6 +23,7 @@ from rollout.gateway import sse
 from rollout.gateway.core import MAX_TOKENS_LIMIT, CanonicalRequest, Gateway, TurnResult, new_id
 from rollout.gateway.errors import GatewayError, error_body
 from rollout.gateway.streaming import LiveTurn, stream_response
+from rollout.gateway.tool_choice import apply_tool_choice, read_tool_choice
 from rollout.gateway.wire import Loose, expect_dict, loc, read_json_object, unsupported, validate
 from rollout.rendering.openai import function_tool
 
@@ -179,6 +180,7 @@ def to_canonical(
     body: dict[str, Any], gateway: Gateway, message_id: str
 ) -> tuple[CanonicalRequest, MessagesRequest]:
     req = validate(MessagesRequest, body)
+    choice = read_tool_choice(req.tool_choice, "messages")
     params = SamplingParams(
         max_tokens=req.max_tokens,
         temperature=1.0 if req.temperature is None else req.temperature,
@@ -188,11 +190,11 @@ def to_canonical(
     canonical = CanonicalRequest(
         protocol="messages",
         messages=tuple(to_messages(req.system, req.messages)),
-        tools=tuple(to_tools(req.tools, req.tool_choice)),
+        tools=tuple(apply_tool_choice(to_tools(req.tools, None), choice)),
         params=params,
         model=req.model,
         tool_call_prefix="toolu_",
-        record={"response_id": message_id, "stream": bool(req.stream)},
+        record={"response_id": message_id, "stream": bool(req.stream), "tool_choice": choice},
     )
     return canonical, req
 
@@ -326,5 +328,7 @@ async def count_tokens(gateway: Gateway, request: Request) -> Response:
     body = await read_json_object(request)
     req = validate(CountTokensRequest, body)
     messages = to_messages(req.system, req.messages)
-    tools = to_tools(req.tools, req.tool_choice)
+    tools = apply_tool_choice(
+        to_tools(req.tools, None), read_tool_choice(req.tool_choice, "messages")
+    )
     return JSONResponse({"input_tokens": gateway.count_tokens(messages, tools)})

@@ -29,6 +29,7 @@ from rollout.gateway.core import MAX_TOKENS_LIMIT, CanonicalRequest, Gateway, Tu
 from rollout.gateway.errors import GatewayError, error_body
 from rollout.gateway.recording import load_messages
 from rollout.gateway.streaming import LiveTurn, stream_response
+from rollout.gateway.tool_choice import apply_tool_choice, read_tool_choice
 from rollout.gateway.wire import (
     INT64_MAX,
     INT64_MIN,
@@ -181,6 +182,7 @@ async def to_canonical(
     body: dict[str, Any], gateway: Gateway, info: Any, response_id: str
 ) -> tuple[CanonicalRequest, ResponsesRequest]:
     req = validate(ResponsesRequest, body)
+    choice = read_tool_choice(req.tool_choice, "responses")
     messages: list[Message] = []
     if req.previous_response_id is not None:
         turn = await gateway.find_response(info, req.previous_response_id)
@@ -207,7 +209,7 @@ async def to_canonical(
     canonical = CanonicalRequest(
         protocol="responses",
         messages=tuple(messages),
-        tools=tuple(to_tools(req.tools, req.tool_choice)),
+        tools=tuple(apply_tool_choice(to_tools(req.tools, None), choice)),
         params=params,
         model=req.model,
         tool_call_prefix="call_",
@@ -216,6 +218,7 @@ async def to_canonical(
             "instructions": req.instructions,
             "previous_response_id": req.previous_response_id,
             "stream": bool(req.stream),
+            "tool_choice": choice,
         },
     )
     return canonical, req
