@@ -13,11 +13,12 @@ process, in several ways:
 - `batched_100` / `batched_500`: `await ledger.record_turns(batch)` (one transaction each),
   a batch holding several consecutive turns of each seat (written in waves: one statement per
   turn of a seat, so that each turn is stored against the one before it);
-- `batched_500_one_per_seat`: the same, one turn of each of 500 seats a batch (one COPY into a
-  staging table and one fenced INSERT, as a gateway's concurrent calls are batched);
-- `batched_500_one_per_seat_arrays`: the same by the array statement (the path before COPY);
-- `batched_all_in_one_call`: all the turns in one `record_turns` call (one transaction: a COPY
-  and an INSERT per wave of 500 seats);
+- `batched_500_one_per_seat`: the same, one turn of each of 500 seats a batch (one statement,
+  as a gateway's concurrent calls are batched);
+- `batched_500_one_per_seat_copy`: the same by binary COPY into a staging table and one fenced
+  INSERT from it (`rollout.ledger.turn_copy`, off by default);
+- `batched_all_in_one_call_copy`: all the turns in one `record_turns` call by COPY (one
+  transaction: a COPY and an INSERT per wave of 500 seats);
 - `baseline_executemany`: the raw INSERT of the same rows, no fence and no NOTIFY, into a copy
   of the turns table, by `executemany` in one transaction (psycopg pipelines it);
 - `baseline_executemany_bytea`: the same with the token arrays packed as bytea (int32), to
@@ -28,7 +29,11 @@ process, in several ways:
 
 Each figure is turns per second of wall time and the client's CPU seconds per 1,000 turns; the
 ratio is against `baseline_executemany`. The goal is >= 25,000 turns/s on one core (issue 11);
-`client_cpu_s_per_1k` is the client's share of that core.
+`client_cpu_s_per_1k` is the client's share of that core. With the server on this machine (the
+embedded one), `server_cpu_s_per_1k` is the CPU of its postmaster and every backend (WAL writer,
+checkpointer included) over the same section, and `one_core_turns_per_s` is turns per CPU second
+of both together: what one otherwise idle core would record (it does not move with the
+machine's load as wall time does; time spent waiting on fsync is not in it).
 """
 
 from __future__ import annotations
@@ -110,16 +115,69 @@ def make_turns(claims: list[SeatClaim], count: int, offset: int, rng: random.Ran
     return turns
 
 
-async def timed(fn: Callable[[], Awaitable[Any]], turns: int) -> dict[str, float]:
+def _cpu_seconds(pid: int, children: bool = False) -> float:
+    """CPU seconds of a local process (with `children`: plus those of its exited children)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = int(fields[11]) + int(fields[12])  # utime, stime
+    if children:
+        ticks += int(fields[13]) + int(fields[14])  # cutime, cstime: reaped backends
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def server_cpu(postmaster: int | None) -> float | None:
+    """CPU seconds so far of a local Postgres server: its postmaster and every backend."""
+    if postmaster is None:
+        return None
+    total = _cpu_seconds(postmaster, children=True)
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if _parent(int(stat.parent.name)) == postmaster:
+                total += _cpu_seconds(int(stat.parent.name))
+        except (OSError, ValueError, IndexError):
+            continue  # exited meanwhile
+    return total
+
+
+async def find_postmaster(url: str) -> int | None:
+    """The server's postmaster pid when it runs on this machine (None otherwise)."""
+    async with await psycopg.AsyncConnection.connect(url) as conn:
+        row = await (await conn.execute("SELECT pg_backend_pid()")).fetchone()
+    assert row is not None
+    return _parent(row[0])
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError):
+        return None
+
+
+POSTMASTER: int | None = None
+
+
+async def timed(fn: Callable[[], Awaitable[Any]], turns: int) -> dict[str, float | None]:
+    server = server_cpu(POSTMASTER)
     wall, cpu = time.perf_counter(), time.process_time()
     await fn()
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    return {
+    figures: dict[str, float | None] = {
         "turns": turns,
         "seconds": round(wall, 4),
         "turns_per_s": round(turns / wall, 1),
         "client_cpu_s_per_1k": round(cpu / turns * 1000, 4),
+        "server_cpu_s_per_1k": None,
+        "one_core_turns_per_s": None,
     }
+    if server is not None:
+        await asyncio.sleep(0.2)  # the postmaster reaps a closed connection's backend (its CPU)
+    after = server_cpu(POSTMASTER)
+    if server is not None and after is not None:
+        server = after - server
+        figures["server_cpu_s_per_1k"] = round(server / turns * 1000, 4)
+        # What one core would record if it ran both sides and nothing else (no waiting).
+        figures["one_core_turns_per_s"] = round(turns / max(cpu + server, 1e-9), 1)
+    return figures
 
 
 def baseline_rows(
@@ -170,6 +228,8 @@ async def baseline(url: str, table: str, rows: list[tuple[Any, ...]], fast: bool
 
 
 async def bench(url: str, total: int) -> dict[str, Any]:
+    global POSTMASTER
+    POSTMASTER = await find_postmaster(url)
     ledger = await Ledger.connect(url, min_size=16, max_size=16)
     rng = random.Random(0)
     try:
@@ -187,7 +247,7 @@ async def bench(url: str, total: int) -> dict[str, Any]:
                 BASELINE_TABLE.format(name="turns_baseline_bytea", tokens="bytea").encode()
             )
 
-        results: dict[str, dict[str, float]] = {}
+        results: dict[str, dict[str, float | None]] = {}
         offset = 0
 
         def next_turns(count: int) -> list[Turn]:
@@ -236,17 +296,17 @@ async def bench(url: str, total: int) -> dict[str, Any]:
         turns = sorted(next_turns(total), key=lambda t: (t.index, t.episode_id))
         results["batched_500_one_per_seat"] = await timed(lambda: batched(turns, 500), len(turns))
         turns = sorted(next_turns(total), key=lambda t: (t.index, t.episode_id))
-        copy_min, turns_module.COPY_MIN = turns_module.COPY_MIN, sys.maxsize
+        copy_min, turns_module.COPY_MIN = turns_module.COPY_MIN, 64
         try:
-            results["batched_500_one_per_seat_arrays"] = await timed(
+            results["batched_500_one_per_seat_copy"] = await timed(
                 lambda: batched(turns, 500), len(turns)
+            )
+            turns = sorted(next_turns(total), key=lambda t: (t.index, t.episode_id))
+            results["batched_all_in_one_call_copy"] = await timed(
+                lambda: batched(turns, len(turns)), len(turns)
             )
         finally:
             turns_module.COPY_MIN = copy_min
-        turns = sorted(next_turns(total), key=lambda t: (t.index, t.episode_id))
-        results["batched_all_in_one_call"] = await timed(
-            lambda: batched(turns, len(turns)), len(turns)
-        )
 
         turns = next_turns(total)
         rows = baseline_rows(turns, run.run_id, packed=False)
@@ -274,7 +334,9 @@ async def bench(url: str, total: int) -> dict[str, Any]:
         results["read_seat_turns"] = await timed(read_seat, 20 * stored)
 
         base = results["baseline_executemany"]["turns_per_s"]
+        assert base is not None
         for figures in results.values():
+            assert figures["turns_per_s"] is not None
             figures["ratio_vs_baseline"] = round(figures["turns_per_s"] / base, 3)
         return {
             "prompt_tokens": PROMPT_TOKENS,
@@ -315,19 +377,26 @@ def main() -> None:
             shutil.rmtree(temporary, ignore_errors=True)
 
     report["cpu_count"] = os.cpu_count()
+    report["load_average"] = os.getloadavg()
     if args.json:
         json.dump(report, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return
     print(
         f"ledger turns: {report['prompt_tokens']} prompt + {report['completion_tokens']} "
-        "completion tokens each"
+        f"completion tokens each; load average after: {report['load_average'][0]:.2f}"
     )
     for mode, figures in report["results"].items():
         print(
             f"  {mode:32s} {figures['turns_per_s']:>10,.0f} turns/s"
             f"  {figures['client_cpu_s_per_1k']:.3f} client CPU s/1k"
             f"  x{figures['ratio_vs_baseline']:.2f} vs baseline"
+            + (
+                f"  {figures['server_cpu_s_per_1k']:.3f} server CPU s/1k"
+                f"  {figures['one_core_turns_per_s']:>8,.0f} turns/s of one core's CPU"
+                if figures["server_cpu_s_per_1k"] is not None
+                else ""
+            )
         )
 
 

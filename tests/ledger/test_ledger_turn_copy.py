@@ -8,13 +8,20 @@ import pytest
 
 from rollout.contracts import Turn
 from rollout.ledger import EpisodeSpec, Ledger, RunRecord, SeatClaim
+from rollout.ledger import turns as turns_module
 from rollout.ledger.errors import InvalidInput, NotFound, StaleFence
-from rollout.ledger.turn_copy import COPY_MIN
 from rollout.ledger.turns import write_turns
 
 from .ledger_helpers import turn_for
 
+COPY_MIN = 64
 SEATS = COPY_MIN + 6  # one wave of a batch is one COPY part
+
+
+@pytest.fixture(autouse=True)
+def copy_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Parts of COPY_MIN turns or more go by COPY (off by default)."""
+    monkeypatch.setattr(turns_module, "COPY_MIN", COPY_MIN)
 
 
 async def claim_seats(ledger: Ledger, run: RunRecord, count: int = SEATS) -> list[SeatClaim]:
@@ -120,6 +127,10 @@ async def test_copy_part_isolates_a_bad_turn(ledger: Ledger, run: RunRecord) -> 
 
         register_dumpers(conn)
         outcomes = await write_turns(conn, turns, isolate=True)
+        later = await write_turns(conn, [turn_for(c, 1) for c in claims[1:]], isolate=True)
+        staged = await (await conn.execute("SELECT to_regclass('turns_staging')")).fetchone()
+        assert staged is not None and staged[0] is not None  # the part went by COPY
+    assert later == [True] * (SEATS - 1)
     assert isinstance(outcomes[0], StaleFence) and isinstance(outcomes[5], InvalidInput)
     assert outcomes[1:5] == [True] * 4 and outcomes[6:] == [True] * (SEATS - 6)
-    assert await stored_count(ledger) == SEATS - 2
+    assert await stored_count(ledger) == 2 * SEATS - 3

@@ -9,6 +9,7 @@ sliced per row, instead of being bound as 20 parameter arrays that the server sl
 The INSERT then reads (and empties) the staging table: `WITH v AS (DELETE ... RETURNING *)`.
 
 The caller's transaction holds it all (one commit); on an autocommit connection it opens one.
+`rollout.ledger.turns` uses it for parts of at least `COPY_MIN` turns.
 """
 
 from __future__ import annotations
@@ -28,8 +29,11 @@ from rollout.errors import describe
 from rollout.ledger.errors import InvalidInput
 from rollout.ledger.turn_storage import Stored
 
-COPY_MIN = 64
-"""Parts of at least this many turns go by COPY (smaller ones by the array statement)."""
+COPY_MIN = 501
+"""Parts of at least this many turns go by COPY (smaller ones by the array statement). Off by
+default (parts hold at most 500 turns): at 500 turns, one per seat, COPY measured slower than the
+array statement in client and server CPU (benchmarks/ledger_turns.py); `turns.COPY_MIN` turns
+it on."""
 
 STAGING: LiteralString = """
 CREATE TEMP TABLE IF NOT EXISTS turns_staging (

@@ -5,9 +5,9 @@ concurrent `record_turn` calls.
 concurrent claim of one of those seats waits for this statement's transaction), inserts the
 turns whose attempt is their seat's latest and whose seat has not ended, and reports per row
 what it saw, so each turn gets its own answer: True (new), False (recorded before), or an error
-(StaleFence, NotFound). A statement of at least `COPY_MIN` turns sends its rows by binary COPY
-into a staging table instead, and inserts from there with the same fence and report
-(`rollout.ledger.turn_copy`).
+(StaleFence, NotFound). A part of at least `COPY_MIN` turns (off by default: it measured
+slower) sends its rows by binary COPY into a staging table instead, and inserts from there with
+the same fence and report (`rollout.ledger.turn_copy`).
 
 `TurnWriter` (`rollout.ledger.turn_writer`) gives single-turn calls the throughput of batches
 with no added latency: a call joins the pending batch; when fewer than `max_in_flight` batches
