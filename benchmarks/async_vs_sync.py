@@ -23,6 +23,7 @@ import sys
 import tempfile
 
 from rollout.ledger import Ledger
+from rollout.ledger.embedded import stop_embedded
 
 
 def train(state_dir: str, steps: int, max_lag: int, extra: list[str]) -> dict[str, object]:
@@ -67,6 +68,23 @@ async def step_times(state_dir: str, run_id: str) -> list[float]:
     return [s.created_at for s in sorted(steps, key=lambda s: s.step)]
 
 
+def measure(state_dir: str, args: argparse.Namespace, lag: int) -> dict[str, object]:
+    extra = [f"runner_concurrency={args.concurrency}"]
+    if args.queue_steps is not None:
+        extra.append(f"queue_steps={args.queue_steps}")
+    summary = train(state_dir, args.steps, lag, extra)
+    times = asyncio.run(step_times(state_dir, str(summary["run_id"])))
+    # times[0] is the base checkpoint (after the warm-up); measure step 1 .. step N.
+    return {
+        "max_lag": lag,
+        "steps": args.steps,
+        "seconds": times[-1] - times[0],
+        "seconds_per_step": (times[-1] - times[0]) / args.steps,
+        "lag_mean": summary["lag_mean"],
+        "last_rewards_mean": summary["last_rewards_mean"],
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=30)
@@ -79,21 +97,11 @@ def main() -> None:
     args = parser.parse_args()
     state_dir = tempfile.mkdtemp(prefix="rollout-bench-", dir="/var/tmp")
     results = {}
-    for mode, lag in (("sync", 0), ("async", args.max_lag)):
-        extra = [f"runner_concurrency={args.concurrency}"]
-        if args.queue_steps is not None:
-            extra.append(f"queue_steps={args.queue_steps}")
-        summary = train(state_dir, args.steps, lag, extra)
-        times = asyncio.run(step_times(state_dir, str(summary["run_id"])))
-        # times[0] is the base checkpoint (after the warm-up); measure step 1 .. step N.
-        results[mode] = {
-            "max_lag": lag,
-            "steps": args.steps,
-            "seconds": times[-1] - times[0],
-            "seconds_per_step": (times[-1] - times[0]) / args.steps,
-            "lag_mean": summary["lag_mean"],
-            "last_rewards_mean": summary["last_rewards_mean"],
-        }
+    try:
+        for mode, lag in (("sync", 0), ("async", args.max_lag)):
+            results[mode] = measure(state_dir, args, lag)
+    finally:
+        stop_embedded(state_dir)  # rollout train leaves the embedded Postgres running
     ratio = results["sync"]["seconds"] / results["async"]["seconds"]
     report = {
         "machine": (
