@@ -10,8 +10,10 @@ then group-relative policy gradient with 16 groups of 4 episodes (8 agents, one 
 per step.
 
 The baseline is the same run's first steps: for each seed the benchmark prints the mean reward
-of the first and last `--window` steps with their standard errors, and writes the per-step
-curve (`--out`: a JSON file, and a CSV next to it) for a plot.
+of the first and last `--window` steps with their standard errors, and the share of moves that
+went toward the goal by sampling checkpoint (the task alone: chance 0.25; the reward also rises
+when replies that are no move, common right after the warm-up, die out). `--out` writes the
+per-step curve (a JSON file, and a CSV next to it) for a plot.
 
 Run: `uv run python benchmarks/gridworld_learning.py --out /tmp/gridworld.json` (about 10-15
 minutes per seed on a loaded 2-core CPU; `--seeds`, `--steps`, `--env`, `--set KEY=VALUE` pass
@@ -70,6 +72,7 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
     summary = json.loads(result.stdout)
     try:
         rewards = _step_rewards(state, summary["run_id"])
+        closer = _closer_by_version(state, summary["run_id"])
     finally:
         stop_embedded(state)  # the run's Postgres outlives it; this folder is not used again
     first, last = rewards[: args.window], rewards[-args.window :]
@@ -83,6 +86,9 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
         "last_sem": _sem(last),
         "rise": _mean(last) - _mean(first),
         "rewards": rewards,
+        "closer_by_version": closer,
+        "closer_first_mean": _mean(closer[: args.window]),
+        "closer_last_mean": _mean(closer[-args.window :]),
         "state_dir": str(state),
     }
 
@@ -107,6 +113,31 @@ def _step_rewards(state: Path, run_id: str) -> list[float]:
         finally:
             await ledger.close()
         return [s.metrics["reward"] for s in sorted(steps, key=lambda s: s.step) if s.step > 0]
+
+    return asyncio.run(read())
+
+
+def _closer_by_version(state: Path, run_id: str) -> list[float]:
+    """The share of moves that brought an agent closer, by the checkpoint that sampled them.
+
+    The reward also counts replies that are no move; this is the task alone (chance: about 0.25
+    in `compact`), so a rise that is only the format coming back after a warm-up shows as flat.
+    """
+    from rollout.ledger import Ledger
+
+    async def read() -> list[float]:
+        ledger = await Ledger.connect(state_dir=state)
+        try:
+            episodes = await ledger.list_episodes(run_id, limit=1_000_000)
+        finally:
+            await ledger.close()
+        totals: dict[int, list[float]] = {}
+        for episode in episodes:
+            for end in episode.ends:
+                turns = [t for t in episode.turns if t.agent == end.agent]
+                if turns and "closer_moves" in end.metrics:
+                    totals.setdefault(turns[0].version, []).append(end.metrics["closer_moves"])
+        return [round(_mean(totals[v]), 3) for v in sorted(totals)]
 
     return asyncio.run(read())
 
@@ -143,10 +174,16 @@ def main() -> None:
             f"seed {seed}: {run['steps']} steps in {run['seconds']:.0f} s; reward first "
             f"{args.window} {run['first_mean']:.3f} +- {run['first_sem']:.3f}, last "
             f"{args.window} {run['last_mean']:.3f} +- {run['last_sem']:.3f} (rise "
-            f"{run['rise']:+.3f})",
+            f"{run['rise']:+.3f}); moves toward the goal first {run['closer_first_mean']:.3f}, "
+            f"last {run['closer_last_mean']:.3f}",
             flush=True,
         )
         print("  per step: " + " ".join(f"{r:.2f}" for r in run["rewards"]), flush=True)
+        print(
+            "  moves toward the goal, by sampling checkpoint: "
+            + " ".join(f"{c:.2f}" for c in run["closer_by_version"]),
+            flush=True,
+        )
     if args.out:
         table = write_curve(Path(args.out), runs, args)
         print(f"curve: {args.out} and {table}")
