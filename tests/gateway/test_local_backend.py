@@ -85,3 +85,16 @@ async def test_recorded_logprobs_equal_the_backends(
     )
     assert [item.logprob for item in shown] == list(turn.logprobs[:visible])
     assert all(1 <= len(item.top_logprobs) <= 3 for item in shown)
+
+
+async def test_local_backend_streams_the_tokens_it_samples(backend: LocalBackend) -> None:
+    params = SamplingParams(max_tokens=12, temperature=1.0, seed=11, top_logprobs=2)
+    chunks = [c async for c in backend.sample_stream([1, 2, 3, 4], params)]
+    *tokens, last = chunks
+    completion = last.completion
+    assert completion is not None
+    assert completion == await backend.sample([1, 2, 3, 4], params)  # same seed, same draw
+    assert len(tokens) == len(completion.tokens) > 1  # one chunk per chosen token
+    assert tuple(t for c in tokens for t in c.tokens) == completion.tokens
+    assert tuple(lp for c in tokens for lp in c.logprobs) == completion.logprobs
+    assert tuple(top for c in tokens for top in c.top_logprobs) == completion.top_logprobs

@@ -16,7 +16,7 @@ import secrets
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -25,7 +25,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
 from rollout.contracts import Completion, SamplingParams
-from rollout.inference.base import BackendError
+from rollout.inference.base import BackendError, SampleChunk
 from rollout.inference.local.decoding import Decoder, Group, Request, resolve
 from rollout.inference.local.weights import WeightSource, read_weights
 from rollout.models.hf import eos_token_ids, pad_token_id
@@ -158,6 +158,15 @@ class LocalBackend:
         token or string and `length` otherwise. Logprobs are those of the distribution sampled
         from (see `rollout.inference.local.sampling`).
         """
+        return await self._submit(prompt_tokens, params).future
+
+    def _submit(
+        self,
+        prompt_tokens: list[int],
+        params: SamplingParams,
+        on_token: Callable[[int, float, dict[int, float] | None], None] | None = None,
+    ) -> Request:
+        """Queue one request for the worker."""
         prompt = self._check_prompt(prompt_tokens)
         if params.stop and self.tokenizer is None:
             raise BackendError(f"stop strings {params.stop!r} need a tokenizer in model_dir")
@@ -170,9 +179,33 @@ class LocalBackend:
             future=loop.create_future(),
             generator=torch.Generator().manual_seed(seed),
             stop_ids=frozenset(params.stop_token_ids) or self.default_stop_ids,
+            on_token=on_token,
         )
         self._enqueue(self._requests, request)
-        return await request.future
+        return request
+
+    async def sample_stream(
+        self, prompt_tokens: list[int], params: SamplingParams
+    ) -> AsyncIterator[SampleChunk]:
+        """`sample`, yielding each token as the worker chooses it; the last chunk carries the
+        completion. Leaving the iteration early cancels the request (its row stops decoding)."""
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[tuple[int, float, dict[int, float] | None] | None] = asyncio.Queue()
+
+        def on_token(token: int, logprob: float, top: dict[int, float] | None) -> None:
+            loop.call_soon_threadsafe(queue.put_nowait, (token, logprob, top))
+
+        request = self._submit(prompt_tokens, params, on_token)
+        # Settled after every token was queued (both go through call_soon_threadsafe in order).
+        request.future.add_done_callback(lambda _: queue.put_nowait(None))
+        try:
+            while (item := await queue.get()) is not None:
+                token, logprob, top = item
+                yield SampleChunk((token,), (logprob,), () if top is None else (top,))
+            yield SampleChunk((), (), completion=request.future.result())
+        finally:
+            if not request.future.done():
+                request.future.cancel()
 
     async def score(
         self,

@@ -45,6 +45,8 @@ class Request:
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     top: list[dict[int, float]] = field(default_factory=list)
+    on_token: Callable[[int, float, dict[int, float] | None], None] | None = None
+    """Called on the worker thread with each token as it is chosen (`sample_stream`)."""
 
 
 @dataclass(eq=False)
@@ -183,6 +185,9 @@ class Decoder:
             request.logprobs.append(choice.logprobs[row])
             if request.params.top_logprobs:
                 request.top.append(choice.top[row])
+            if request.on_token is not None:
+                top = choice.top[row] if request.params.top_logprobs else None
+                request.on_token(choice.tokens[row], choice.logprobs[row], top)
         return choice.tokens
 
     def _complete(self, request: Request, version: int) -> None:
