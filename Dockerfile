@@ -31,7 +31,7 @@ RUN uv export --frozen --no-dev --extra cluster --no-emit-workspace --no-hashes 
 # The three workspace packages (the platform, the contracts library, the example environments)
 # and the shipped presets, which the platform's wheel includes.
 COPY src/ src/
-COPY packages/rolloutlib/src/ packages/rolloutlib/src/
+COPY packages/rolloutlib/rolloutlib/ packages/rolloutlib/rolloutlib/
 COPY environments/ environments/
 COPY deploy/chart/rollout/files/presets/ deploy/chart/rollout/files/presets/
 RUN uv pip install --no-deps . ./packages/rolloutlib ./environments

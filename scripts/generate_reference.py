@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = {
     "rollout": ROOT / "src" / "rollout",
-    "rolloutlib": ROOT / "packages" / "rolloutlib" / "src" / "rolloutlib",
+    "rolloutlib": ROOT / "packages" / "rolloutlib" / "rolloutlib",
 }
 DEFAULT_OUT = ROOT / "docs" / "reference"
 

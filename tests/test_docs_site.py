@@ -119,7 +119,7 @@ def test_rolloutlibs_documented_lint_command_works_as_written() -> None:
         for line in body.splitlines()
         if line.startswith("uv run ruff check")
     ]
-    assert lines == ["uv run ruff check src tests"]
+    assert lines == ["uv run ruff check rolloutlib tests"]
     uv = shutil.which("uv")
     assert uv, "uv is not on PATH"
     result = subprocess.run(

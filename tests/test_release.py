@@ -19,7 +19,7 @@ PACKAGES = {
     "rollout": (ROOT / "pyproject.toml", "src/rollout/__init__.py", rollout.__version__),
     "rolloutlib": (
         ROOT / "packages" / "rolloutlib" / "pyproject.toml",
-        "src/rolloutlib/__init__.py",
+        "rolloutlib/__init__.py",
         rolloutlib.__version__,
     ),
 }
@@ -48,5 +48,5 @@ def test_the_release_workflow_publishes_on_a_matching_tag_with_trusted_publishin
     script = "\n".join(step.get("run", "") for step in workflow["jobs"]["build"]["steps"])
     # The tag is compared with the very file hatch reads the version from.
     assert "init=src/rollout/__init__.py" in script
-    assert "init=packages/rolloutlib/src/rolloutlib/__init__.py" in script
+    assert "init=packages/rolloutlib/rolloutlib/__init__.py" in script
     assert "uv build --package" in script
