@@ -20,7 +20,6 @@ Both return what they did with the bytes freed; `dry_run` measures without delet
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import shutil
 import time
@@ -33,6 +32,7 @@ from rollout.errors import RolloutError
 from rollout.inference.weights_cache import WEIGHTS
 from rollout.launch.failures import STOPPED_STATUSES
 from rollout.ledger import Ledger
+from rollout.ledger.embedded import process_alive
 from rollout.training import retention
 
 ORPHAN_AGE = 600.0
@@ -77,16 +77,6 @@ def _remove(path: Path, collected: Collected) -> None:
     collected.caches.append(str(path))
     if not collected.dry_run:
         shutil.rmtree(path, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 async def collect(
@@ -150,7 +140,7 @@ def _collect_caches(cache_dir: Path, kept: dict[str, set[int]], collected: Colle
             continue
         for entry in sorted(run_folder.iterdir()):
             match = _PROCESS_FOLDER.match(entry.name)
-            if match and not _alive(int(match.group(1))):
+            if match and not process_alive(int(match.group(1))):
                 _remove(entry, collected)
         for backend in sorted((run_folder / WEIGHTS).glob("*")):
             for version in sorted(backend.glob("v*")):

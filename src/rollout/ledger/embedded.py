@@ -137,10 +137,11 @@ def embedded_pid(path: str | os.PathLike[str] | None = None) -> int | None:
         pid = int(pid_file.read_text().splitlines()[0])
     except (FileNotFoundError, IndexError, ValueError):
         return None
-    return pid if _alive(pid) else None
+    return pid if process_alive(pid) else None
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether process `pid` runs (a zombie nobody reaped counts as gone)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -163,7 +164,7 @@ def stop_embedded(path: str | os.PathLike[str] | None = None, timeout: float = 3
     os.kill(pid, signal.SIGINT)  # Postgres' "fast" shutdown: roll back clients, checkpoint, exit
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not _alive(pid):
+        if not process_alive(pid):
             return True
         time.sleep(0.05)
     raise LedgerError(f"the embedded Postgres (pid {pid}) did not stop within {timeout:g} s")

@@ -27,6 +27,7 @@ from psycopg.rows import dict_row
 from rollout.contracts import Turn
 from rollout.errors import describe
 from rollout.ledger.errors import InvalidInput
+from rollout.ledger.turn_sql import FENCE_AND_REPORT, LOCK_SEATS
 from rollout.ledger.turn_storage import Stored
 
 COPY_MIN = 501
@@ -46,39 +47,21 @@ CREATE TEMP TABLE IF NOT EXISTS turns_staging (
 
 COPY: LiteralString = "COPY turns_staging FROM STDIN (FORMAT BINARY)"
 
-# The array statement's fence and report (rollout.ledger.turns.WRITE_TURNS), read from staging.
-INSERT_STAGED: LiteralString = """
+# The array statement's fence and report (rollout.ledger.turn_sql), read from staging.
+INSERT_STAGED: LiteralString = (
+    """
 WITH v AS (
     DELETE FROM turns_staging RETURNING *
-), seat AS (
-    SELECT s.episode_id, s.agent, s.run_id, s.attempt, s.done FROM seats s
-    WHERE (s.episode_id, s.agent) IN (SELECT episode_id, agent FROM v)
-    FOR SHARE OF s
-), ins AS (
-    INSERT INTO turns (run_id, episode_id, agent, attempt, turn_index, prompt_added,
-                       completion_tokens, logprobs, version, stop_reason, extends_previous,
-                       started_at, ended_at, temperature, request_added, prompt_prefix,
-                       messages_prefix, request_inherits)
+"""
+    + LOCK_SEATS
+    + """
     SELECT seat.run_id, v.episode_id, v.agent, v.attempt, v.turn_index, v.prompt_added,
            v.completion_tokens, v.logprobs, v.version, v.stop_reason, v.extends_previous,
            v.started_at, v.ended_at, v.temperature, v.request_added, v.prompt_prefix,
            v.messages_prefix, v.request_inherits
-    FROM v JOIN seat ON seat.episode_id = v.episode_id AND seat.agent = v.agent
-    WHERE seat.attempt = v.attempt AND NOT seat.done
-    ORDER BY v.ord
-    ON CONFLICT DO NOTHING
-    RETURNING episode_id, agent, attempt, turn_index
-)
-SELECT v.ord, seat.attempt AS latest, seat.done, ins.episode_id IS NOT NULL AS inserted,
-       CASE WHEN seat.done AND ins.episode_id IS NULL THEN EXISTS (
-           SELECT 1 FROM turns t
-           WHERE t.episode_id = v.episode_id AND t.agent = v.agent
-             AND t.attempt = v.attempt AND t.turn_index = v.turn_index) END AS existed
-FROM v
-LEFT JOIN seat ON seat.episode_id = v.episode_id AND seat.agent = v.agent
-LEFT JOIN ins ON ins.episode_id = v.episode_id AND ins.agent = v.agent
-             AND ins.attempt = v.attempt AND ins.turn_index = v.turn_index
 """
+    + FENCE_AND_REPORT
+)
 
 _HEADER = b"PGCOPY\n\xff\r\n\x00" + struct.pack(">ii", 0, 0)
 _TRAILER = struct.pack(">h", -1)

@@ -38,6 +38,7 @@ from rollout.ledger.errors import InvalidInput, StaleFence
 from rollout.ledger.inputs import jsonb
 from rollout.ledger.seats import seat_not_found, seat_taken_over
 from rollout.ledger.turn_copy import COPY_MIN, copy_turns
+from rollout.ledger.turn_sql import FENCE_AND_REPORT, INSERT_COLUMNS, LOCK_SEATS
 from rollout.ledger.turn_storage import (
     INHERIT_SEPARATOR,
     TURN_COLUMNS,
@@ -68,12 +69,6 @@ RUN_TURNS_SINCE: LiteralString = (
     " WHERE t.run_id = %(run_id)s AND t.seq > %(since)s ORDER BY t.seq LIMIT %(limit)s"
 )
 
-INSERT_COLUMNS: LiteralString = (
-    "(run_id, episode_id, agent, attempt, turn_index, prompt_added, completion_tokens, logprobs,"
-    " version, stop_reason, extends_previous, started_at, ended_at, temperature, request_added,"
-    " prompt_prefix, messages_prefix, request_inherits)"
-)
-
 # One statement for any batch size (prepared once): the batch arrives as parallel arrays, the
 # ragged token and logprob lists flattened into one array each with 1-based [start:end] bounds.
 # Text, bool and jsonb arrays go in binary (%b): the text format escapes each element in Python.
@@ -91,13 +86,8 @@ WITH v AS (
                           completion_start, completion_end, version, stop_reason,
                           extends_previous, started_at, ended_at, temperature, request,
                           prompt_prefix, messages_prefix, request_inherits, ord)
-), seat AS (
-    SELECT s.episode_id, s.agent, s.run_id, s.attempt, s.done FROM seats s
-    WHERE (s.episode_id, s.agent) IN (SELECT episode_id, agent FROM v)
-    FOR SHARE OF s
-), ins AS (
-    INSERT INTO turns """
-    + INSERT_COLUMNS
+"""
+    + LOCK_SEATS
     + """
     SELECT seat.run_id, v.episode_id, v.agent, v.attempt, v.turn_index,
            (%(prompt_tokens)s::int4[])[v.prompt_start:v.prompt_end],
@@ -106,22 +96,8 @@ WITH v AS (
            v.version, v.stop_reason, v.extends_previous, v.started_at, v.ended_at,
            v.temperature, v.request, v.prompt_prefix, NULLIF(v.messages_prefix, -1),
            string_to_array(v.request_inherits, E'\\x1f')
-    FROM v JOIN seat ON seat.episode_id = v.episode_id AND seat.agent = v.agent
-    WHERE seat.attempt = v.attempt AND NOT seat.done
-    ORDER BY v.ord
-    ON CONFLICT DO NOTHING
-    RETURNING episode_id, agent, attempt, turn_index
-)
-SELECT v.ord, seat.attempt AS latest, seat.done, ins.episode_id IS NOT NULL AS inserted,
-       CASE WHEN seat.done AND ins.episode_id IS NULL THEN EXISTS (
-           SELECT 1 FROM turns t
-           WHERE t.episode_id = v.episode_id AND t.agent = v.agent
-             AND t.attempt = v.attempt AND t.turn_index = v.turn_index) END AS existed
-FROM v
-LEFT JOIN seat ON seat.episode_id = v.episode_id AND seat.agent = v.agent
-LEFT JOIN ins ON ins.episode_id = v.episode_id AND ins.agent = v.agent
-             AND ins.attempt = v.attempt AND ins.turn_index = v.turn_index
 """
+    + FENCE_AND_REPORT
 )
 
 
