@@ -16,7 +16,13 @@ import random
 from pathlib import Path
 from typing import Any
 
-from claude_code.cli import CliFileTask, file_parameters, find_cli, gateway_root
+from claude_code.cli import (
+    CliFileTask,
+    file_parameters,
+    find_cli,
+    gateway_root,
+    scripted_file_reply,
+)
 from rollout.harness import Environment, RunContext
 
 
@@ -67,4 +73,6 @@ environment = Environment(
     parameters=draw_file,
     group_size=2,
     max_turns=1,
+    needs_gateway=True,
+    scripted_reply=scripted_file_reply,
 )

@@ -1,7 +1,18 @@
-"""`rollout env check` and `rollout run`: an environment's first episodes."""
+"""`rollout env check` and `rollout run`: an environment's first episodes.
+
+`rollout env check` plays without a ledger, except for an environment whose Task calls the model
+itself (`Environment.needs_gateway`, e.g. a coding-agent CLI): its seats are claimed in an
+'env-check' run of the ledger (the embedded Postgres unless ROLLOUT_DATABASE_URL is set) and
+served by an in-process gateway on loopback, so the agent's calls are recorded turns. With the
+scripted model, the environment's `scripted_reply` answers where it has a reply.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import time
+import uuid
+from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 import typer
@@ -26,13 +37,20 @@ def env_check(
     from rollout.harness.check import check_environment
     from rollout.inference.direct import DirectModel
     from rollout.inference.factory import load_model
+    from rollout.inference.scripted import ScriptedBackend
 
     async def go() -> Any:
         renderer, backend = load_model(model)
+        if isinstance(backend, ScriptedBackend) and environment.scripted_reply is not None:
+            backend = ScriptedBackend(renderer, environment.scripted_reply)
         try:
-            return await check_environment(
-                environment, DirectModel(renderer, backend).complete, seed=seed
-            )
+            complete = DirectModel(renderer, backend).complete
+            if not environment.needs_gateway:
+                return await check_environment(environment, complete, seed=seed)
+            async with _served_seats(spec, environment, renderer, backend, model, seed) as seats:
+                report = await check_environment(environment, complete, seed=seed, seats=seats)
+                seats.report = report
+                return report
         finally:
             await backend.close()
 
@@ -45,6 +63,11 @@ def env_check(
             f"{environment.agents} agent(s), group size {environment.group_size}"
         )
         console.print(f"parameters: {report.parameters}")
+        if report.episode_id:
+            console.print(
+                f"{report.recorded_turns} turn(s) recorded by the gateway: "
+                f"rollout episodes show {report.episode_id}"
+            )
         for seat in report.seats:
             if seat.result is not None:
                 console.print(
@@ -62,6 +85,73 @@ def env_check(
         console.print("[green]ok[/]" if report.ok else "[red]failed[/]")
     if not report.ok:
         raise typer.Exit(1)
+
+
+class _Seats(dict[int, dict[str, Any]]):
+    report: Any = None
+
+
+@contextlib.asynccontextmanager
+async def _served_seats(
+    spec: str, environment: Any, renderer: Any, backend: Any, model: str, seed: int
+) -> AsyncIterator[_Seats]:
+    """Every seat of one 'env-check' episode claimed, and a gateway serving their keys."""
+    from rollout.gateway.app import create_app
+    from rollout.ledger import EpisodeSpec, Ledger
+    from rollout.net.server import AppServer
+
+    ledger = await Ledger.connect()
+    try:
+        run = await ledger.create_run(
+            f"env-check-{environment.name}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}",
+            spec,
+            {"kind": "env-check", "model": model},
+        )
+        (episode_id,) = await ledger.add_episodes(
+            run.run_id,
+            [
+                EpisodeSpec(
+                    group_index=0,
+                    member=0,
+                    parameters=environment.draw_parameters(0, seed),
+                    seed=seed,
+                    agents=environment.agents,
+                    kind="playground",
+                )
+            ],
+        )
+        claims = await ledger.claim_seats(
+            "env-check", limit=environment.agents, run_id=run.run_id, lease_seconds=600.0
+        )
+        server = await AppServer(create_app(ledger, renderer, backend, model_name=model)).start()
+        seats = _Seats()
+        for claim in claims:
+            seats[claim.agent] = {
+                "run_id": run.run_id,
+                "episode_id": episode_id,
+                "attempt": claim.attempt,
+                "gateway_url": f"{server.url}/v1",
+                "api_key": claim.api_key,
+            }
+        try:
+            yield seats
+        finally:
+            await server.stop()
+            rewards = {}
+            if seats.report is not None:
+                record = await ledger.episode(episode_id)
+                seats.report.recorded_turns = len(record.turns)
+                rewards = {s.agent: s.result.reward for s in seats.report.seats if s.result}
+            for claim in claims:
+                reward = rewards.get(claim.agent)
+                with contextlib.suppress(Exception):  # the report already says what failed
+                    await ledger.end_seat(
+                        claim,
+                        reward=reward or 0.0,
+                        status="completed" if reward is not None else "failed",
+                    )
+    finally:
+        await ledger.close()
 
 
 def run_episode(

@@ -13,7 +13,7 @@ import asyncio
 import shutil
 import tempfile
 import traceback
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +37,10 @@ class CheckReport:
     parameters: dict[str, object] = field(default_factory=dict)
     seats: list[SeatReport] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    episode_id: str | None = None
+    """The ledger episode whose turns the gateway recorded (gateway-served checks only)."""
+    recorded_turns: int | None = None
+    """How many model calls the gateway recorded in that episode."""
 
     @property
     def ok(self) -> bool:
@@ -51,6 +55,8 @@ class CheckReport:
             "environment": self.environment,
             "ok": self.ok,
             "parameters": self.parameters,
+            "episode_id": self.episode_id,
+            "recorded_turns": self.recorded_turns,
             "problems": self.all_problems(),
             "seats": [
                 {
@@ -66,10 +72,28 @@ class CheckReport:
 
 
 async def check_environment(
-    environment: Environment, complete: Complete, seed: int = 0
+    environment: Environment,
+    complete: Complete,
+    seed: int = 0,
+    seats: Mapping[int, Mapping[str, Any]] | None = None,
 ) -> CheckReport:
-    """Play one episode (every seat concurrently) and collect contract problems."""
+    """Play one episode (every seat concurrently) and collect contract problems.
+
+    Args:
+        environment: The environment to check.
+        complete: The model, for Tasks whose replies the harness asks for.
+        seed: The episode's seed.
+        seats: Per agent, `RunContext` fields of a seat served by a gateway (`run_id`,
+            `episode_id`, `attempt`, `gateway_url`, `api_key`), for environments with
+            `needs_gateway`; without them such an environment is reported, not played.
+    """
     report = CheckReport(environment=environment.name)
+    if environment.needs_gateway and seats is None:
+        report.problems.append(
+            f"{environment.name} needs a gateway (its Task calls the model itself): "
+            "check it with `rollout env check`, which serves one"
+        )
+        return report
     try:
         parameters = environment.draw_parameters(0, seed)
     except InvalidEnvironment as error:  # our own check: its message says it all
@@ -81,6 +105,8 @@ async def check_environment(
         )
         return report
     report.parameters = parameters
+    if seats:
+        report.episode_id = next(iter(seats.values())).get("episode_id")
     if not hasattr(environment.task, "start") or getattr(
         environment.task.start, "__isabstractmethod__", False
     ):
@@ -101,13 +127,13 @@ async def check_environment(
 
     async def play(agent: int) -> SeatReport:
         seat = SeatReport(agent=agent)
+        served = {
+            "run_id": "env-check",
+            "episode_id": "env-check-episode",
+            **(seats or {}).get(agent, {}),
+        }
         run = RunContext(
-            run_id="env-check",
-            episode_id="env-check-episode",
-            agent=agent,
-            seed=seed,
-            agents=environment.agents,
-            sandbox=sandbox,
+            agent=agent, seed=seed, agents=environment.agents, sandbox=sandbox, **served
         )
         try:
             task = make_task(environment, parameters)

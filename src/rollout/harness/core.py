@@ -142,6 +142,10 @@ class Environment:
     `rollout train` can take a few supervised steps on these before RL so that a tiny random model
     answers in the right format; the replies must carry no task information.
     """
+    scripted_reply: Callable[[str], str | None] | None = None
+    """What the scripted model answers here (prompt text -> reply, None: its default answer)."""
+    needs_gateway: bool = False
+    """The Task calls the model itself (`RunContext.gateway_url`): env check serves a gateway."""
 
     def __post_init__(self) -> None:
         name = self.name if isinstance(self.name, str) else repr(self.name)

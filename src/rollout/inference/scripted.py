@@ -21,8 +21,9 @@ from rollout.contracts import Completion, SamplingParams
 from rollout.inference.base import BackendError
 from rollout.rendering.base import Renderer
 
-Script = Sequence[str] | Callable[[str], str]
-"""Replies in order (cycling), or a function from the decoded prompt text to the reply."""
+Script = Sequence[str] | Callable[[str], str | None]
+"""Replies in order (cycling), or a function from the decoded prompt text to the reply (None:
+`arithmetic_reply` answers, so an environment's script names only the replies it needs)."""
 
 FALLBACK_REPLY = "I don't know."
 """What `arithmetic_reply` answers when the last user message holds no arithmetic."""
@@ -69,7 +70,8 @@ class ScriptedBackend:
         renderer: The model's renderer (its tokenizer encodes the replies; its first stop token
             ends them unless the request names stop tokens).
         script: Replies in order (cycling over calls), a function from the decoded prompt text
-            to the reply, or None for `arithmetic_reply`. A reply may contain tool-call markup.
+            to the reply (returning None: `arithmetic_reply` answers), or None for
+            `arithmetic_reply`. A reply may contain tool-call markup.
         version: The checkpoint version reported on every completion.
     """
 
@@ -80,7 +82,7 @@ class ScriptedBackend:
         if script is None:
             self._reply: Callable[[str], str] = arithmetic_reply
         elif callable(script):
-            self._reply = script
+            self._reply = _or_arithmetic(script)
         else:
             if isinstance(script, str) or not script:
                 raise BackendError(f"script must be a non-empty list of replies, got {script!r}")
@@ -154,6 +156,14 @@ class ScriptedBackend:
             return self.renderer.encode(reply[:cut])
         stops = params.stop_token_ids or self.renderer.stop_token_ids
         return [*self.renderer.encode(reply), stops[0]]
+
+
+def _or_arithmetic(script: Callable[[str], str | None]) -> Callable[[str], str]:
+    def reply(prompt_text: str) -> str:
+        answer = script(prompt_text)
+        return arithmetic_reply(prompt_text) if answer is None else answer
+
+    return reply
 
 
 def _evaluate(expression: str) -> int | float | None:
