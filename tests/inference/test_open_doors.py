@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 from pathlib import Path
 
 import httpx
@@ -92,3 +93,24 @@ async def test_a_new_run_gets_its_own_random_internal_secret(
     assert all(len(s) >= 32 for s in secrets) and secrets[0] != secrets[1]
     # The inference role uses it as it is (it makes one only for a run without one).
     assert await roles.internal_secret(ledger, first.run_id) == secrets[0]
+
+
+async def test_runs_show_and_the_monitor_hide_the_internal_secret(
+    ledger: Ledger, tmp_path: Path
+) -> None:
+    from rollout.launch.new_run import create_run, training_config
+    from rollout.monitor.queries import run_detail
+    from rollout.monitor.store import MonitorStore
+
+    config = training_config("cpu-tiny", [], steps=1, max_lag=1)
+    run = await create_run(ledger, "parity.environment:environment", config, tmp_path, "doors-3")
+    secret = (await ledger.settings(run.run_id))["internal_secret"]
+    detail = await run_detail(ledger, run.run_id)
+    assert detail["settings"]["internal_secret"] == "(hidden)"
+    assert secret not in json.dumps(detail, default=str)
+    store = await MonitorStore.open(ledger.url)
+    try:
+        page = await store.run(run.run_id)
+    finally:
+        await store.close()
+    assert secret not in json.dumps(page, default=str)

@@ -23,6 +23,19 @@ from rollout.ledger.errors import InvalidInput, LedgerError, NotFound
 from rollout.ledger.inputs import jsonb, known_run, not_empty
 from rollout.ledger.records import RunRecord
 
+SECRET_SETTINGS = frozenset({"internal_secret"})
+"""Settings that are credentials: roles read them, displays show them hidden (`shown_settings`)."""
+
+
+def shown_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    """`settings` as a display may show them: credentials replaced by "(hidden)".
+
+    >>> shown_settings({"max_lag": 1, "internal_secret": "s3cr3t"})
+    {'max_lag': 1, 'internal_secret': '(hidden)'}
+    """
+    return {k: "(hidden)" if k in SECRET_SETTINGS else v for k, v in settings.items()}
+
+
 RUN_COLUMNS: LiteralString = (
     "run_id, name, environment, config, extract(epoch FROM created_at)::float8 AS created_at"
 )

@@ -6,6 +6,7 @@ from typing import Any
 
 from rollout.contracts import Turn
 from rollout.ledger import EpisodeRecord, Ledger
+from rollout.ledger.runs import shown_settings
 
 
 def turn_json(turn: Turn) -> dict[str, Any]:
@@ -145,7 +146,7 @@ async def run_detail(ledger: Ledger, run: str) -> dict[str, Any]:
         "created_at": record.created_at,
         "state": _run_state(settings),
         "config": record.config,
-        "settings": settings,
+        "settings": shown_settings(settings),
         "episodes": counts,
         "steps": [
             {"step": s.step, "metrics": s.metrics, "created_at": s.created_at} for s in steps

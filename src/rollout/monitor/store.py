@@ -32,6 +32,7 @@ from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
 from rollout.ledger import Ledger, RunRecord
+from rollout.ledger.runs import shown_settings
 from rollout.monitor.errors import BadParameter, bounded
 from rollout.monitor.queries import _run_state as run_state
 
@@ -189,7 +190,7 @@ class MonitorStore:
             "environment": record.environment,
             "created_at": record.created_at,
             "config": record.config,
-            "settings": settings,
+            "settings": shown_settings(settings),
             "state": run_state(settings),
             "max_lag": settings.get("max_lag"),
             "episodes": counts,
