@@ -13,24 +13,33 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from claude_code.environment import environment as claude_environment
 from codex.environment import environment as codex_environment
 
+from rollout.contracts import SamplingParams
+from rollout.harness import Environment
 from rollout.harness.check import check_environment
+from rollout.inference.factory import load_model
+from rollout.inference.scripted import environment_backend
 from rollout.ledger import Ledger
 from tests.gateway.test_agent_clis import needs_claude, needs_codex
 
+ENVIRONMENT_WITHOUT_SCRIPT = Environment(name="plain", task=claude_environment.task)
 
-def env_check(spec: str, database_url: str, tmp_path: Path) -> dict[str, object]:
+
+def env_check(
+    spec: str, database_url: str, tmp_path: Path, command: str = "env check"
+) -> dict[str, Any]:
     environ = {
         **os.environ,
         "ROLLOUT_DATABASE_URL": database_url,
         "ROLLOUT_STATE_DIR": str(tmp_path / "state"),
     }
     result = subprocess.run(
-        [sys.executable, "-m", "rollout.cli", "env", "check", spec, "--json"],
+        [sys.executable, "-m", "rollout.cli", *command.split(), spec, "--json"],
         env=environ,
         capture_output=True,
         text=True,
@@ -54,7 +63,7 @@ async def recorded(database_url: str, episode_id: str) -> list[str]:
 async def test_env_check_passes_claude_code(database_url: str, tmp_path: Path) -> None:
     report = env_check("claude_code.environment:environment", database_url, tmp_path)
     assert report["ok"] and report["recorded_turns"] == 2, report
-    assert [seat["reward"] for seat in report["seats"]] == [1.0]  # type: ignore[union-attr]
+    assert [seat["reward"] for seat in report["seats"]] == [1.0]
     assert await recorded(database_url, str(report["episode_id"])) == ["messages", "messages"]
 
 
@@ -63,8 +72,28 @@ async def test_env_check_passes_claude_code(database_url: str, tmp_path: Path) -
 async def test_env_check_passes_codex(database_url: str, tmp_path: Path) -> None:
     report = env_check("codex.environment:environment", database_url, tmp_path)
     assert report["ok"] and report["recorded_turns"] == 2, report
-    assert [seat["reward"] for seat in report["seats"]] == [1.0]  # type: ignore[union-attr]
+    assert [seat["reward"] for seat in report["seats"]] == [1.0]
     assert await recorded(database_url, str(report["episode_id"])) == ["responses", "responses"]
+
+
+@pytest.mark.slow
+@needs_claude
+async def test_rollout_run_uses_the_environments_scripted_reply(
+    database_url: str, tmp_path: Path
+) -> None:
+    outcome = env_check("claude_code.environment:environment", database_url, tmp_path, "run")
+    (seat,) = outcome["seats"]
+    assert seat["status"] == "completed" and seat["reward"] == 1.0 and seat["turns"] == 2, seat
+
+
+async def test_a_scripted_backend_takes_the_environments_replies() -> None:
+    renderer, backend = load_model("scripted")
+    assert environment_backend(backend, codex_environment) is not backend
+    assert environment_backend(backend, ENVIRONMENT_WITHOUT_SCRIPT) is backend
+    scripted = environment_backend(backend, claude_environment)
+    prompt = renderer.encode("<|im_start|>user\nWhat is 2 + 3?<|im_end|>\n")
+    reply = await scripted.sample(prompt, SamplingParams(max_tokens=8))
+    assert renderer.decode(list(reply.tokens[:-1])) == "5"  # no file task: arithmetic answers
 
 
 @pytest.mark.parametrize("environment", [claude_environment, codex_environment])

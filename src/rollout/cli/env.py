@@ -37,12 +37,11 @@ def env_check(
     from rollout.harness.check import check_environment
     from rollout.inference.direct import DirectModel
     from rollout.inference.factory import load_model
-    from rollout.inference.scripted import ScriptedBackend
+    from rollout.inference.scripted import environment_backend
 
     async def go() -> Any:
         renderer, backend = load_model(model)
-        if isinstance(backend, ScriptedBackend) and environment.scripted_reply is not None:
-            backend = ScriptedBackend(renderer, environment.scripted_reply)
+        backend = environment_backend(backend, environment)
         try:
             complete = DirectModel(renderer, backend).complete
             if not environment.needs_gateway:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Literal
 
 from rollout.contracts import Completion, SamplingParams
-from rollout.inference.base import BackendError
+from rollout.inference.base import BackendError, InferenceBackend
 from rollout.rendering.base import Renderer
 
 Script = Sequence[str] | Callable[[str], str | None]
@@ -156,6 +156,18 @@ class ScriptedBackend:
             return self.renderer.encode(reply[:cut])
         stops = params.stop_token_ids or self.renderer.stop_token_ids
         return [*self.renderer.encode(reply), stops[0]]
+
+
+def environment_backend(backend: InferenceBackend, environment: object) -> InferenceBackend:
+    """`backend`, or a scripted backend on its renderer answering with the environment's script.
+
+    A scripted backend is replaced when `environment.scripted_reply` is set (see
+    `rollout.harness.Environment`); any other backend is returned as it is.
+    """
+    script = getattr(environment, "scripted_reply", None)
+    if isinstance(backend, ScriptedBackend) and script is not None:
+        return ScriptedBackend(backend.renderer, script, version=backend.version)
+    return backend
 
 
 def _or_arithmetic(script: Callable[[str], str | None]) -> Callable[[str], str]:

@@ -16,6 +16,7 @@ from rollout.errors import RolloutError
 from rollout.gateway.app import create_app
 from rollout.harness.loading import load_environment
 from rollout.inference.factory import load_model
+from rollout.inference.scripted import environment_backend
 from rollout.ledger import EpisodeSpec, Ledger
 from rollout.net.server import AppServer
 from rollout.runners.runner import Runner
@@ -25,6 +26,7 @@ async def play_one_episode(spec: str, *, model: str = "scripted", seed: int = 0)
     """Play one episode of `spec` against `model`; return its transcript and outcome."""
     environment = load_environment(spec)
     renderer, backend = load_model(model)
+    backend = environment_backend(backend, environment)  # the environment's scripted replies
     ledger = await Ledger.connect()
     try:
         run = await ledger.create_run(
