@@ -22,6 +22,7 @@ from codex.environment import environment as codex_environment
 from rollout.contracts import SamplingParams
 from rollout.harness import Environment
 from rollout.harness.check import check_environment
+from rollout.harness.errors import InvalidEnvironment
 from rollout.inference.factory import load_model
 from rollout.inference.scripted import environment_backend
 from rollout.ledger import Ledger
@@ -107,3 +108,11 @@ async def test_check_without_a_gateway_names_the_need(environment: object) -> No
         f"{report.environment} needs a gateway (its Task calls the model itself): "
         "check it with `rollout env check`, which serves one"
     ]
+
+
+@pytest.mark.parametrize(
+    ("field", "value"), [("scripted_reply", "Done."), ("needs_gateway", "yes")]
+)
+def test_bad_agent_fields_name_the_field(field: str, value: object) -> None:
+    with pytest.raises(InvalidEnvironment, match=f"{field}.*{value}"):
+        Environment(name="plain", task=claude_environment.task, **{field: value})  # type: ignore[arg-type]

@@ -185,6 +185,12 @@ class Environment:
             raise InvalidEnvironment(name, "sampling", self.sampling, "must be a mapping")
         if self.warmup is not None and not callable(self.warmup):
             raise InvalidEnvironment(name, "warmup", self.warmup, "must be a function or None")
+        if self.scripted_reply is not None and not callable(self.scripted_reply):
+            raise InvalidEnvironment(
+                name, "scripted_reply", self.scripted_reply, "must be a function or None"
+            )
+        if not isinstance(self.needs_gateway, bool):
+            raise InvalidEnvironment(name, "needs_gateway", self.needs_gateway, "must be a bool")
 
     def draw_parameters(self, group_index: int, seed: int) -> dict[str, Any]:
         """The parameters of group `group_index` (deterministic given the run's seed).
