@@ -189,4 +189,5 @@ environment = Environment(
     parameters=draw_problem,
     group_size=4,
     max_turns=1,
+    needs_gateway=True,  # the agent program calls the model itself through the OpenAI SDK
 )

@@ -60,6 +60,14 @@ async def recorded(database_url: str, episode_id: str) -> list[str]:
 
 
 @pytest.mark.slow
+async def test_env_check_serves_the_openai_sdk_agent(database_url: str, tmp_path: Path) -> None:
+    report = env_check("openai_agent.environment:environment", database_url, tmp_path)
+    assert report["ok"] and report["recorded_turns"] >= 1, report
+    turns = await recorded(database_url, str(report["episode_id"]))
+    assert turns and set(turns) <= {"chat.completions", "responses"}, turns
+
+
+@pytest.mark.slow
 @needs_claude
 async def test_env_check_passes_claude_code(database_url: str, tmp_path: Path) -> None:
     report = env_check("claude_code.environment:environment", database_url, tmp_path)
