@@ -8,7 +8,6 @@ pending batch is written at once, and calls that arrive meanwhile form the next 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Generic, TypeVar
 
@@ -34,9 +33,10 @@ class BatchWriter(Generic[T]):
     ) -> None:
         self._write = write
         self._pending: list[tuple[T, asyncio.Future[Outcome]]] = []
-        self._in_flight = 0
         self._max_in_flight = max_in_flight
-        self._tasks: set[asyncio.Task[None]] = set()
+        # Each batch being written, by the task writing it (its waiters are failed if the task
+        # ends without answering them: cancelled, even before it started).
+        self._tasks: dict[asyncio.Task[None], list[tuple[T, asyncio.Future[Outcome]]]] = {}
 
     async def record(self, item: T) -> bool:
         future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
@@ -48,55 +48,50 @@ class BatchWriter(Generic[T]):
         return outcome
 
     def _maybe_flush(self) -> None:
-        if self._pending and self._in_flight < self._max_in_flight:
+        while self._pending and len(self._tasks) < self._max_in_flight:
             batch, self._pending = self._pending[:MAX_BATCH], self._pending[MAX_BATCH:]
-            self._in_flight += 1
             task = asyncio.create_task(self._flush(batch))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._tasks[task] = batch
+            task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        batch = self._tasks.pop(task, [])
+        error = "cancelled" if task.cancelled() else repr(task.exception())
+        for _, future in batch:
+            if not future.done():
+                future.set_exception(LedgerError(f"not recorded: {error}"))
+        self._maybe_flush()
 
     async def _flush(self, batch: list[tuple[T, asyncio.Future[Outcome]]]) -> None:
         try:
-            try:
-                outcomes: list[Outcome | BaseException] = list(
-                    await self._write([item for item, _ in batch])
-                )
-            except Exception as error:
-                if len(batch) == 1:
-                    outcomes = [error]
-                else:
-                    # One bad write (say, a token id out of range) must not fail the others.
-                    outcomes = []
-                    for item, _ in batch:
-                        try:
-                            outcomes.extend(await self._write([item]))
-                        except Exception as single:
-                            outcomes.append(single)
-            for (_, future), outcome in zip(batch, outcomes, strict=True):
-                if future.done():
-                    continue
-                if isinstance(outcome, BaseException):
-                    future.set_exception(outcome)
-                else:
-                    future.set_result(outcome)
-        except BaseException as error:  # cancelled while closing: fail the waiters
-            for _, future in batch:
-                if not future.done():
-                    future.set_exception(LedgerError(f"not recorded: {error!r}"))
-            raise
-        finally:
-            self._in_flight -= 1
-            self._maybe_flush()
+            outcomes: list[Outcome | BaseException] = list(
+                await self._write([item for item, _ in batch])
+            )
+        except Exception as error:
+            if len(batch) == 1:
+                outcomes = [error]
+            else:
+                # One bad write (say, a token id out of range) must not fail the others.
+                outcomes = []
+                for item, _ in batch:
+                    try:
+                        outcomes.extend(await self._write([item]))
+                    except Exception as single:
+                        outcomes.append(single)
+        for (_, future), outcome in zip(batch, outcomes, strict=True):
+            if future.done():
+                continue
+            if isinstance(outcome, BaseException):
+                future.set_exception(outcome)
+            else:
+                future.set_result(outcome)
 
     async def close(self) -> None:
-        """Wait for the batches being written."""
+        """Wait for the batches being written, and write those still pending."""
         while self._tasks or self._pending:
-            tasks = list(self._tasks)
-            if not tasks:
-                self._maybe_flush()
-                continue
-            with contextlib.suppress(Exception):
-                await asyncio.gather(*tasks, return_exceptions=True)
+            self._maybe_flush()
+            await asyncio.wait(list(self._tasks))
+            await asyncio.sleep(0)  # let the finished tasks' done callbacks run
 
 
 TurnWriter = BatchWriter[Turn]
