@@ -9,6 +9,8 @@ Every process reads the same three variables, in one place:
   (`models/`), per-process caches (`cache/`) and the supervisor's logs (`logs/`).
 - `ROLLOUT_DATABASE_URL`: an external Postgres; unset, the embedded one under the state folder.
 - `ROLLOUT_BLOB_URL`: a folder or `s3://bucket/prefix`; unset, `<state>/blobs`.
+- `ROLLOUT_DB_OUTAGE_S`: how long a process rides out an unreachable database (retrying with
+  back-off) before it stops with a one-line message; default 60.
 
 `get_settings()` returns the `Settings` of the current environment. It is read once and kept;
 a changed environment (a test that sets a variable) is read again.
@@ -19,6 +21,8 @@ Example:
     ('/srv/rollout', None, '/srv/rollout/blobs')
     >>> str(settings.models_dir)
     '/srv/rollout/models'
+    >>> settings.db_outage_s, Settings.from_environ({"ROLLOUT_DB_OUTAGE_S": "5"}).db_outage_s
+    (60.0, 5.0)
 
     >>> import tempfile
     >>> root = Path(tempfile.mkdtemp())
@@ -39,11 +43,15 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from rollout.errors import RolloutError
+
 STATE_DIR_VAR = "ROLLOUT_STATE_DIR"
 DATABASE_URL_VAR = "ROLLOUT_DATABASE_URL"
 BLOB_URL_VAR = "ROLLOUT_BLOB_URL"
-ENVIRONMENT_VARIABLES = (STATE_DIR_VAR, DATABASE_URL_VAR, BLOB_URL_VAR)
+DB_OUTAGE_VAR = "ROLLOUT_DB_OUTAGE_S"
+ENVIRONMENT_VARIABLES = (STATE_DIR_VAR, DATABASE_URL_VAR, BLOB_URL_VAR, DB_OUTAGE_VAR)
 DEFAULT_STATE_DIR = ".rollout"
+DEFAULT_DB_OUTAGE_S = 60.0
 
 
 WORKSPACE_MARK = "[tool.uv.workspace]"
@@ -65,6 +73,22 @@ def find_state_dir(start: Path) -> Path:
     return start / DEFAULT_STATE_DIR
 
 
+class SettingsError(RolloutError, ValueError):
+    """A setting's variable holds a value that cannot be used (the message names it)."""
+
+
+def _seconds(name: str, value: str | None) -> float:
+    if not value:
+        return DEFAULT_DB_OUTAGE_S
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not seconds >= 0:  # also refuses nan
+        raise SettingsError(f"{name} must be a number of seconds >= 0, got {value!r}")
+    return seconds
+
+
 @dataclass(frozen=True)
 class Settings:
     """The platform's settings (see the module docstring)."""
@@ -75,6 +99,8 @@ class Settings:
     """An external Postgres URL, or None for the embedded server under `state_dir`."""
     blob_url: str
     """Where checkpoints and other blobs go: a folder or an `s3://` URL."""
+    db_outage_s: float = DEFAULT_DB_OUTAGE_S
+    """Seconds a process retries an unreachable database before it gives up."""
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -86,6 +112,7 @@ class Settings:
             state_dir=state,
             database_url=env.get(DATABASE_URL_VAR) or None,
             blob_url=env.get(BLOB_URL_VAR) or str(state / "blobs"),
+            db_outage_s=_seconds(DB_OUTAGE_VAR, env.get(DB_OUTAGE_VAR)),
         )
 
     @property

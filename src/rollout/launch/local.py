@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rollout.launch.db_watch import watch_embedded
 from rollout.launch.failures import STOPPED_STATUSES, check_failures
 from rollout.launch.owner import owned_env, this_owner
 from rollout.ledger import Ledger, RunRecord
@@ -231,6 +232,8 @@ class LocalSupervisor:
         return True
 
     async def run(self, stop: asyncio.Event) -> None:
+        # The embedded Postgres is restarted when it dies (an external one is not ours).
+        watch = asyncio.create_task(watch_embedded(self.ledger.url, self.settings.state_dir, stop))
         try:
             while not stop.is_set():
                 if not await self.reconcile():
@@ -238,6 +241,7 @@ class LocalSupervisor:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), timeout=1.0)
         finally:
+            watch.cancel()
             # Nobody waits for a clean stop when the owner died (kill -9 of `rollout train`):
             # a short grace, then SIGKILL, which loses nothing (roles are ledger followers).
             self.stop_all(grace=3.0 if this_owner().gone() else 15.0)

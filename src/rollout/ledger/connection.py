@@ -10,6 +10,11 @@ Rows are read by column name: pooled connections return dicts (`dict_row`), and 
 (psycopg's `class_row`), or through any other row factory. A concept that holds a resource
 (the LISTEN connection, the turn batcher) sets it up in its mixin's `__init__` and lets go of it
 in its `close`, each calling `super()` so that every mixin of the facade gets its turn.
+
+Every public coroutine method a subclass defines is wrapped when the class is made
+(`__init_subclass__`, rollout.ledger.retry): a call whose connection dies (Postgres restarted,
+crashed, failed over) runs again on a fresh connection with back-off, for up to
+`ROLLOUT_DB_OUTAGE_S`, then raises `DatabaseUnavailable`.
 """
 
 from __future__ import annotations
@@ -20,12 +25,14 @@ from typing import Any, LiteralString, Self, TypeVar
 
 from psycopg import AsyncConnection
 from psycopg.abc import Params
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import AsyncRowFactory, DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from rollout.ledger.adapters import register_dumpers
 from rollout.ledger.embedded import ledger_url
 from rollout.ledger.migrate import apply_migrations
+from rollout.ledger.retry import Outage, wrap_methods
 
 Conn = AsyncConnection[DictRow]
 Pool = AsyncConnectionPool[Conn]
@@ -60,13 +67,31 @@ async def _configure(conn: AsyncConnection[Any]) -> None:
     register_dumpers(conn)
 
 
+def _where(url: str) -> str:
+    """Where the database is, for messages (no password)."""
+    try:
+        info = conninfo_to_dict(url)
+    except Exception:  # a message must not fail
+        return "the database"
+    return f"Postgres at {info.get('host') or 'localhost'}"
+
+
 class LedgerConnection:
     """A pool of connections to the ledger database (the base of every concept's mixin)."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        wrap_methods(cls)  # each concept's calls ride out a database outage
 
     def __init__(self, pool: Pool, url: str) -> None:
         self._pool = pool
         self.url = url
         """The database URL (give it to child processes as ROLLOUT_DATABASE_URL)."""
+        self._outage = Outage(where=_where(url))
+
+    async def _after_disconnect(self) -> None:
+        """Drop the pool's dead connections, so a retry does not take one of them."""
+        await self._pool.check()
 
     @classmethod
     async def connect(

@@ -168,3 +168,97 @@ def stop_embedded(path: str | os.PathLike[str] | None = None, timeout: float = 3
             return True
         time.sleep(0.05)
     raise LedgerError(f"the embedded Postgres (pid {pid}) did not stop within {timeout:g} s")
+
+
+def is_embedded(url: str, path: str | os.PathLike[str] | None = None) -> bool:
+    """Whether `url` points at the embedded server of the state folder `path` (its socket).
+
+    Example:
+        >>> is_embedded("postgresql://postgres:@/rollout?host=/srv/state/postgres", "/srv/state")
+        True
+        >>> is_embedded("postgresql://db.example.com/rollout", "/srv/state")
+        False
+    """
+    try:
+        host = str(conninfo_to_dict(url).get("host") or "")
+    except Exception:  # not a URL we can read: not ours
+        return False
+    if not host.startswith("/"):
+        return False
+    folder = state_dir(path) / "postgres"
+    sockets = {folder}
+    with contextlib.suppress(OSError, IndexError):  # a long path's socket lives elsewhere
+        sockets.add(Path((folder / "postmaster.pid").read_text().splitlines()[4].strip()))
+    return Path(host) in sockets
+
+
+def restart_embedded(path: str | os.PathLike[str] | None = None) -> bool:
+    """Start the embedded server again on its data folder if it died (a crash, a kill -9).
+
+    Postgres replays its write-ahead log on start (crash recovery), so every committed fact is
+    there. Returns True when it restarted the server, False when it was running already. A
+    restart can fail while the dead server's last backends are still exiting; the caller tries
+    again later.
+
+    Raises:
+        LedgerError: the server could not be started (the message has its log's tail).
+    """
+    if embedded_pid(path) is not None:
+        return False
+    folder = state_dir(path) / "postgres"
+    if not (folder / "PG_VERSION").exists():
+        return False  # never created here: nothing to restart
+    if not _clear_zombie_lock(folder):
+        return False  # the dead server's backends are still exiting: try again later
+    try:
+        # The handle is cached per process; start() runs pg_ctl start when the server is gone.
+        pgserver_handle(folder).start()
+    except Exception as error:  # pgserver raises plain exceptions (CalledProcessError, ...)
+        log = folder / "log"
+        tail = log.read_text(errors="replace")[-1000:] if log.exists() else ""
+        raise LedgerError(
+            f"could not restart the embedded Postgres in {folder}: {error}\n{tail}"
+        ) from error
+    return True
+
+
+def _clear_zombie_lock(folder: Path) -> bool:
+    """Remove `postmaster.pid` when it names a zombie (a killed server nobody reaped: no init in
+    a container); pgserver and Postgres take a zombie for a running server and would not start.
+
+    Postgres' own guard against two servers on one folder reads that file, so it is removed only
+    once no process is attached to the dead server's shared memory segment (its backends exit
+    soon after it dies). False while one still is.
+    """
+    pid_file = folder / "postmaster.pid"
+    try:
+        lines = pid_file.read_text().splitlines()
+        pid = int(lines[0])
+    except (FileNotFoundError, IndexError, ValueError):
+        return True
+    if not Path(f"/proc/{pid}").exists():
+        return True  # gone for good: Postgres checks the rest itself
+    if _shm_attached(lines[6].split()[-1] if len(lines) > 6 else ""):
+        return False
+    # The socket's lock file names the dead server too (postmaster.pid: port, socket folder).
+    if len(lines) > 4 and lines[3].strip() and lines[4].strip():
+        socket_lock = Path(lines[4].strip()) / f".s.PGSQL.{lines[3].strip()}.lock"
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            if int(socket_lock.read_text().splitlines()[0]) == pid:
+                socket_lock.unlink()
+    with contextlib.suppress(FileNotFoundError):
+        pid_file.unlink()
+    return True
+
+
+def _shm_attached(shmid: str) -> bool:
+    """Whether any process is attached to System V shared memory segment `shmid` (Linux)."""
+    try:
+        rows = Path("/proc/sysvipc/shm").read_text().splitlines()[1:]
+    except OSError:
+        return False
+    for row in rows:
+        fields = row.split()  # key shmid perms size cpid lpid nattch ...
+        if len(fields) > 6 and fields[1] == shmid:
+            return fields[6] != "0"
+    return False

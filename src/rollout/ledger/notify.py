@@ -4,8 +4,9 @@ Writes NOTIFY a channel per fact table (by trigger, payload = run id). `Listener
 True when a notification arrived since this ledger's previous wait on the same key, so a
 notification that lands while a follower is busy querying is not lost; otherwise it waits up to
 `timeout` and returns False, which is the polling fallback. When the connection drops, waits time
-out (polling) until it is back, and every key counts as notified once on reconnect, since
-notifications may have been missed.
+out (polling) until it is back (it reconnects every `reconnect_delay` and LISTENs on every
+channel again), and every key counts as notified once on reconnect, since notifications may
+have been missed.
 
 `WakeupsMixin` gives the `Ledger` its `listen` and `wait`.
 """
@@ -55,6 +56,7 @@ class Listener:
         self._seen: dict[_Key, int] = {}
         self._events: dict[_Key, asyncio.Event] = {}
         self._connected_once = False
+        self._down = False
 
     def start(self) -> None:
         if self._task is None:
@@ -81,9 +83,14 @@ class Listener:
             try:
                 conn = await psycopg.AsyncConnection.connect(self._url, autocommit=True)
             except Exception as error:
-                log.warning("ledger listener: cannot connect (%s); polling meanwhile", error)
+                # Once per outage (the ledger's calls warn too); then quietly every second.
+                (log.debug if self._down else log.warning)(
+                    "ledger listener: cannot connect (%s); polling meanwhile", error
+                )
+                self._down = True
                 await asyncio.sleep(self._reconnect_delay)
                 continue
+            self._down = False
             try:
                 for channel in CHANNELS:
                     await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))

@@ -13,6 +13,7 @@ from typing import Generic, TypeVar
 
 from rollout.contracts import Turn
 from rollout.ledger.errors import LedgerError
+from rollout.ledger.retry import is_disconnect
 
 MAX_BATCH = 500
 
@@ -68,8 +69,8 @@ class BatchWriter(Generic[T]):
                 await self._write([item for item, _ in batch])
             )
         except Exception as error:
-            if len(batch) == 1:
-                outcomes = [error]
+            if len(batch) == 1 or is_disconnect(error):  # a lost connection fails them all
+                outcomes = [error] * len(batch)
             else:
                 # One bad write (say, a token id out of range) must not fail the others.
                 outcomes = []
