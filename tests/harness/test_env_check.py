@@ -38,7 +38,7 @@ async def test_arithmetic_passes(scripted: DirectModel) -> None:
         ("no_start", "NoStart does not define start()"),
         ("start_returns_text", "StartReturnsText.start must return an Observation or End, got str"),
         ("respond_raises", "RespondRaises.respond raised ValueError: cannot grade"),
-        ("not_finite", "reward is not finite"),
+        ("not_finite", "reward is nan, not finite"),
         ("sync_start", "SyncStart.start must be `async def`"),
         ("parameters_fail", "drawing parameters raised KeyError"),
         (

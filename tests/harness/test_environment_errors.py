@@ -45,6 +45,10 @@ class Echo(Task):
         ({"system_prompt": 7}, "system_prompt", "got 7"),
         ({"sampling": [("temperature", 1.0)]}, "sampling", "got [('temperature', 1.0)]"),
         ({"warmup": "yes"}, "warmup", "got 'yes'"),
+        ({"turn_timeout_s": 0}, "turn_timeout_s", "got 0"),
+        ({"turn_timeout_s": "60"}, "turn_timeout_s", "got '60'"),
+        ({"episode_timeout_s": -1.0}, "episode_timeout_s", "got -1.0"),
+        ({"episode_timeout_s": float("inf")}, "episode_timeout_s", "got inf"),
     ],
 )
 def test_each_bad_field_is_named_with_its_value(

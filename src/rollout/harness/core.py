@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import random
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
@@ -146,6 +147,15 @@ class Environment:
     """What the scripted model answers here (prompt text -> reply, None: its default answer)."""
     needs_gateway: bool = False
     """The Task calls the model itself (`RunContext.gateway_url`): env check serves a gateway."""
+    turn_timeout_s: float | None = 600.0
+    """The most seconds one Task call (`start`, one `respond`, `close`) may take; None: no limit.
+
+    Past it the seat ends `failed` with "turn timed out after N s". A Task that calls the model
+    itself (`needs_gateway`) plays its whole conversation inside `start`: raise this for it.
+    """
+    episode_timeout_s: float | None = None
+    """The most seconds one seat may take from `start` to its `End`, model calls included; None:
+    no limit. Past it the seat ends `failed` with "episode timed out after N s"."""
 
     def __post_init__(self) -> None:
         name = self.name if isinstance(self.name, str) else repr(self.name)
@@ -191,6 +201,15 @@ class Environment:
             )
         if not isinstance(self.needs_gateway, bool):
             raise InvalidEnvironment(name, "needs_gateway", self.needs_gateway, "must be a bool")
+        for field_name in ("turn_timeout_s", "episode_timeout_s"):
+            value = getattr(self, field_name)
+            if value is None:
+                continue
+            number = isinstance(value, int | float) and not isinstance(value, bool)
+            if not (number and math.isfinite(value) and value > 0):
+                raise InvalidEnvironment(
+                    name, field_name, value, "must be a number of seconds > 0 or None"
+                )
 
     def draw_parameters(self, group_index: int, seed: int) -> dict[str, Any]:
         """The parameters of group `group_index` (deterministic given the run's seed).

@@ -2,7 +2,9 @@
 
 - `InvalidEnvironment`: an `Environment` was given a bad field (`agents=0`, empty parameters).
 - `EnvironmentLoadError`: `MODULE:ATTR` could not be imported or is not an environment.
-- `TaskError`: a `Task` broke its contract or raised while playing.
+- `TaskError`: a `Task` broke its contract, raised or timed out while playing. Its message and
+  traceback are capped (`capped`): a Task that raises with megabytes of text records at most
+  `MAX_ERROR_CHARS` of each.
 
 Example:
     >>> from rollout.harness.errors import InvalidEnvironment
@@ -11,6 +13,8 @@ Example:
     "Environment 'demo': agents must be an integer >= 1, got 0"
     >>> isinstance(error, ValueError), error.field, error.value
     (True, 'agents', 0)
+    >>> capped("x" * 30 + "y" * 30, limit=20)
+    'xxxxxxxxxx\\n... (40 characters left out) ...\\nyyyyyyyyyy'
 """
 
 from __future__ import annotations
@@ -40,9 +44,24 @@ class EnvironmentLoadError(RolloutError):
     """`MODULE:ATTR` could not be imported or is not an environment."""
 
 
+MAX_ERROR_CHARS = 16_000
+"""The most characters of a Task error's message, and of its traceback, that are kept."""
+
+
+def capped(text: str, limit: int = MAX_ERROR_CHARS) -> str:
+    """`text` cut to about `limit` characters: its head and its tail, with a note of the cut."""
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return f"{text[:half]}\n... ({len(text) - 2 * half} characters left out) ...\n{text[-half:]}"
+
+
 class TaskError(RolloutError):
-    """A Task broke its contract or raised. `traceback` holds the task's own traceback."""
+    """A Task broke its contract, raised or timed out. `traceback` holds the task's own traceback.
+
+    Both are capped to `MAX_ERROR_CHARS` (see `capped`).
+    """
 
     def __init__(self, message: str, traceback: str | None = None) -> None:
-        super().__init__(message)
-        self.traceback = traceback
+        super().__init__(capped(message))
+        self.traceback = None if traceback is None else capped(traceback)

@@ -2,11 +2,16 @@
 
 `play_seat` is shared by the runner (which samples through the gateway with the seat's key) and
 by `rollout env check` (which samples from the scripted model directly). It enforces the Task
-contract and reports violations by name.
+contract and reports violations by name, and the environment's time limits: each Task call
+within `Environment.turn_timeout_s`, the whole seat within `Environment.episode_timeout_s`. A
+Task past either is cancelled (and closed) and the seat fails with a `TaskError` ("turn timed
+out after N s"). A Task that blocks the event loop (a busy loop, `time.sleep`) cannot be cut
+short this way.
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 import traceback
@@ -70,7 +75,7 @@ def _check_observation(task: Task, method: str, value: object) -> Observation:
         if not math.isfinite(value.value):
             raise TaskError(
                 f"{_task_name(task)}.{method} returned End(reward={value.value!r}): reward is "
-                f"not finite"
+                f"{value.value!r}, not finite"
             )
         for key, metric in value.metrics.items():
             if not isinstance(metric, (int, float)) or not math.isfinite(float(metric)):
@@ -81,7 +86,29 @@ def _check_observation(task: Task, method: str, value: object) -> Observation:
     return value
 
 
-async def _call_task(task: Task, method: str, *args: Any) -> Observation:
+def _seconds(value: float) -> str:
+    return f"{value:g} s"
+
+
+async def _call_task(
+    task: Task, method: str, *args: Any, turn_limit: float | None = None
+) -> Observation:
+    """`task.method(*args)`, checked, within `turn_limit` seconds."""
+    scope = asyncio.timeout(turn_limit)
+    try:
+        async with scope:
+            value = await _await_task(task, method, *args)
+    except TimeoutError:
+        if not scope.expired():  # not ours (the Task's own errors are TaskErrors by now)
+            raise
+        raise TaskError(
+            f"{_task_name(task)}.{method}: turn timed out after {_seconds(turn_limit or 0)} "
+            f"(Environment turn_timeout_s)"
+        ) from None
+    return _check_observation(task, method, value)
+
+
+async def _await_task(task: Task, method: str, *args: Any) -> object:
     function = getattr(task, method, None)
     if function is None:
         raise TaskError(f"{_task_name(task)} has no {method}() method")
@@ -102,7 +129,7 @@ async def _call_task(task: Task, method: str, *args: Any) -> Observation:
             f"{_task_name(task)}.{method} raised {type(error).__name__}: {error}",
             traceback=traceback.format_exc(),
         ) from error
-    return _check_observation(task, method, value)
+    return value
 
 
 def make_task(environment: Environment, parameters: Mapping[str, Any]) -> Task:
@@ -124,33 +151,59 @@ async def play_seat(
     complete: Complete,
     sampling: Mapping[str, Any] | None = None,
 ) -> SeatResult:
-    """Play one seat to its End (or to `environment.max_turns` model turns: reward 0, truncated)."""
+    """Play one seat to its End (or to `environment.max_turns` model turns: reward 0, truncated).
+
+    Raises:
+        TaskError: the Task broke its contract, raised, or passed a time limit.
+    """
     began = time.monotonic()
+    limit = environment.episode_timeout_s
+    scope = asyncio.timeout(limit)
+    try:
+        async with scope:
+            return await _play(environment, task, run, complete, sampling, began)
+    except TimeoutError:
+        if not scope.expired():  # a model call's own timeout: not the episode's
+            raise
+        raise TaskError(
+            f"episode timed out after {_seconds(limit or 0)} (Environment episode_timeout_s)"
+        ) from None
+    finally:
+        try:
+            async with asyncio.timeout(environment.turn_timeout_s):
+                await task.close(run)
+        except Exception as error:  # a failing close must not hide the episode's outcome
+            run.logger.warning("%s.close raised %r", _task_name(task), error)
+
+
+async def _play(
+    environment: Environment,
+    task: Task,
+    run: RunContext,
+    complete: Complete,
+    sampling: Mapping[str, Any] | None,
+    began: float,
+) -> SeatResult:
     messages: list[Message] = []
     if environment.system_prompt:
         messages.append(Message.system(environment.system_prompt))
     tools: tuple[ToolSpec, ...] = ()
     settings = {**environment.sampling, **(sampling or {})}
     turns = 0
-    try:
-        observation = await _call_task(task, "start", run)
-        while True:
-            messages.extend(observation.messages)
-            if isinstance(observation, End):
-                return SeatResult(observation, messages, turns, seconds=time.monotonic() - began)
-            if observation.tools is not None:
-                tools = observation.tools
-            if turns >= environment.max_turns:
-                end = End(reward=0.0, metrics={"truncated": 1.0})
-                return SeatResult(
-                    end, messages, turns, truncated=True, seconds=time.monotonic() - began
-                )
-            reply = await complete(messages, tools, settings)
-            turns += 1
-            messages.append(reply)
-            observation = await _call_task(task, "respond", run, reply)
-    finally:
-        try:
-            await task.close(run)
-        except Exception as error:  # a failing close must not hide the episode's outcome
-            run.logger.warning("%s.close raised %r", _task_name(task), error)
+    turn_limit = environment.turn_timeout_s
+    observation = await _call_task(task, "start", run, turn_limit=turn_limit)
+    while True:
+        messages.extend(observation.messages)
+        if isinstance(observation, End):
+            return SeatResult(observation, messages, turns, seconds=time.monotonic() - began)
+        if observation.tools is not None:
+            tools = observation.tools
+        if turns >= environment.max_turns:
+            end = End(reward=0.0, metrics={"truncated": 1.0})
+            return SeatResult(
+                end, messages, turns, truncated=True, seconds=time.monotonic() - began
+            )
+        reply = await complete(messages, tools, settings)
+        turns += 1
+        messages.append(reply)
+        observation = await _call_task(task, "respond", run, reply, turn_limit=turn_limit)

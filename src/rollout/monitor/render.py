@@ -57,8 +57,10 @@ def print_episode(console: Console, episode: dict[str, Any]) -> None:
             f"  agent {end['agent']} (attempt {end['attempt']}): {end['status']}, reward "
             f"{end['reward']:g}, metrics {end['metrics']}"
         )
-        if end.get("error"):
-            console.print(f"    [red]{end['error']}[/]", highlight=False)
+        if end.get("error"):  # one line per failed seat: the error's first line
+            first, *rest = end["error"].strip().splitlines() or [""]
+            more = "  (traceback: --json)" if rest else ""
+            console.print(f"    {first}{more}", style="red", markup=False, highlight=False)
     for turn in episode["turns"]:
         console.print(
             f"[bold]turn {turn['index']}[/] agent {turn['agent']} attempt {turn['attempt']}: "

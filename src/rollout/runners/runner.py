@@ -8,10 +8,14 @@ never trained on, and a revived runner's late writes are rejected (`StaleFence`)
 How a seat's play can end, and what is recorded:
 
 - the task reaches an `End` (or `max_turns`): the seat ends `completed` with its reward;
-- the task breaks its contract or raises, or the gateway refuses a model call for good (a 4xx
-  other than 409, such as a conversation the chat template cannot render or an invalid
-  request, or a 500): the seat ends `failed` with the error, shown by `rollout episodes show`.
-  Such errors are deterministic: playing the seat again would fail again;
+- the task breaks its contract, raises, returns a reward that is not finite, or passes the
+  environment's `turn_timeout_s` or `episode_timeout_s`, or the gateway refuses a model call
+  for good (a 4xx other than 409, such as a conversation the chat template cannot render or
+  an invalid request, or a 500): the seat ends `failed` with the error (capped, see
+  `rollout.harness.errors.capped`), shown by `rollout episodes show`. Such errors are
+  deterministic: playing the seat again would fail again. What a task prints goes to the
+  runner's own stdout/stderr (its log file under `rollout up`), never into memory or the
+  ledger;
 - the attempt was taken over (`StaleFence` from the ledger, or 409 from the gateway): nothing is
   recorded; the attempt that took over ends the seat;
 - the gateway is unreachable or unavailable (connection errors, 502/503/504 past the client's
@@ -33,7 +37,7 @@ from typing import Any
 
 from rollout.errors import RolloutError
 from rollout.harness.core import Environment
-from rollout.harness.errors import TaskError
+from rollout.harness.errors import TaskError, capped
 from rollout.harness.loading import load_environment
 from rollout.harness.play import SeatResult, make_task, play_seat
 from rollout.ledger import Ledger, SeatClaim, StaleFence
@@ -257,7 +261,7 @@ class Runner:
             log.warning("seat %s/%s failed: %s", claim.episode_id, claim.agent, error)
             return f"{error}\n{error.traceback or ''}".strip()
         except RolloutError as error:
-            return str(error)
+            return capped(str(error))
 
     async def _heartbeat(self, claim: SeatClaim) -> None:
         while True:
