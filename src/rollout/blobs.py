@@ -17,6 +17,11 @@ Writes are atomic, so a reader never sees half a blob:
   and its marker object `<key>/.rollout-complete` (a JSON manifest of the files) last. A folder
   without its marker does not exist as far as `exists` and `get_dir` are concerned.
 
+A failed write (disk full, an S3 error: s3fs raises them as `OSError`s) leaves nothing at the
+key; `upload_dir` retries it a bounded number of times with backoff and checks what landed
+against the local folder (`folder_sizes`) before it returns, so a caller that records the URI
+afterwards (the trainer's checkpoint record) never points at a missing or partial folder.
+
 All methods are synchronous (blocking I/O); call them through `asyncio.to_thread` in async code.
 """
 
@@ -24,8 +29,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import shutil
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,6 +44,10 @@ from rollout.settings import get_settings
 from rollout.settings import state_dir as resolve_state_dir
 
 MARKER = ".rollout-complete"
+UPLOAD_ATTEMPTS = 4
+"""Attempts `upload_dir` makes by default (waiting 0.5, 1, 2 s between them)."""
+
+log = logging.getLogger("rollout.blobs")
 
 
 class BlobError(RolloutError):
@@ -102,6 +113,14 @@ class BlobStore:
 
     def get_file(self, key: str, local_path: str | os.PathLike[str]) -> Path:
         """Copy the file at `key` to `local_path`."""
+        raise NotImplementedError
+
+    def folder_sizes(self, key: str) -> dict[str, int]:
+        """The complete folder at `key`: relative path -> size of each file.
+
+        Raises:
+            BlobNotFound: no complete folder at `key`.
+        """
         raise NotImplementedError
 
     def read_bytes(self, key: str) -> bytes:
@@ -220,6 +239,12 @@ class LocalBlobStore(BlobStore):
         destination = Path(local_dir)
         shutil.copytree(source, destination, dirs_exist_ok=True)
         return destination
+
+    def folder_sizes(self, key: str) -> dict[str, int]:
+        source = self.path(key)
+        if not source.is_dir():
+            raise BlobNotFound(f"no folder at {key!r} in {self.url}")
+        return _sizes(source)
 
     def get_file(self, key: str, local_path: str | os.PathLike[str]) -> Path:
         source = self.path(key)
@@ -364,6 +389,17 @@ class S3BlobStore(BlobStore):
             raise BlobNotFound(f"no complete folder at {key!r} in {self.url}") from None
         return list(json.loads(data)["files"])
 
+    def folder_sizes(self, key: str) -> dict[str, int]:
+        self._manifest(key)  # only a complete folder counts
+        target = self.path(key)
+        found = self.fs.find(target, detail=True)
+        prefix = target + "/"
+        return {
+            path[len(prefix) :]: int(info["size"])
+            for path, info in found.items()
+            if path.startswith(prefix) and path.rsplit("/", 1)[-1] != MARKER
+        }
+
     def get_dir(self, key: str, local_dir: str | os.PathLike[str]) -> Path:
         destination = Path(local_dir)
         destination.mkdir(parents=True, exist_ok=True)
@@ -419,3 +455,59 @@ class S3BlobStore(BlobStore):
         """The files of the complete folder at `key`, from its manifest."""
         for entry in self._manifest(key):
             yield str(entry["path"])
+
+
+def _sizes(folder: Path) -> dict[str, int]:
+    return {
+        p.relative_to(folder).as_posix(): p.stat().st_size for p in folder.rglob("*") if p.is_file()
+    }
+
+
+def upload_dir(
+    store: BlobStore,
+    local_dir: str | os.PathLike[str],
+    key: str,
+    *,
+    attempts: int = UPLOAD_ATTEMPTS,
+    delay: float = 0.5,
+) -> str:
+    """Copy a local folder to `key` and check it landed whole; retry failures with backoff.
+
+    Each attempt is an atomic `put_dir` followed by a check that the folder at `key` has
+    exactly the local files, each of the local size. A failed attempt logs one warning line
+    and waits `delay` seconds, doubled after each attempt. Returns the URI once a copy checks.
+
+    Raises:
+        BlobNotFound: `local_dir` is not a folder (not retried).
+        BlobError: every attempt failed; the message names the key and the last error.
+    """
+    if attempts < 1:
+        raise BlobError(f"attempts must be >= 1, got {attempts!r}")
+    source = Path(local_dir)
+    if not source.is_dir():
+        raise BlobNotFound(f"local folder {str(source)!r} does not exist")
+    expected = _sizes(source)
+    last: Exception | None = None
+    for attempt in range(1, attempts + 1):
+        try:
+            uri = store.put_dir(source, key)
+            landed = store.folder_sizes(key)
+            if landed == expected:
+                return uri
+            missing = sorted(set(expected) - set(landed))
+            wrong = sorted(p for p in expected if p in landed and landed[p] != expected[p])
+            last = BlobError(f"copy at {key!r} is incomplete (missing {missing}, size of {wrong})")
+        except (OSError, BlobError) as error:
+            last = error
+        if attempt < attempts:
+            log.warning(
+                "upload of %r failed (attempt %d of %d: %s); retrying in %.1f s",
+                key,
+                attempt,
+                attempts,
+                last,
+                delay,
+            )
+            time.sleep(delay)
+            delay *= 2
+    raise BlobError(f"upload of {key!r} to {store.url} failed {attempts} times; last: {last}")

@@ -11,3 +11,10 @@ class TrainingError(RolloutError, ValueError):
 
 class CheckpointError(TrainingError):
     """A checkpoint folder is missing files or does not match the provider that loads it."""
+
+
+class FencedOut(TrainingError):
+    """Another trainer took this trainer's lease over: it stands down and writes nothing more.
+
+    The message says which lease, which epoch this trainer held and who holds it now.
+    """

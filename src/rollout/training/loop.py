@@ -12,8 +12,15 @@ One trainer per run holds the run's fenced lease `trainer:<run>`. It:
    sampling logprobs, saves the checkpoint and records step + checkpoint atomically (fenced);
 4. publishes a serving record for the newest checkpoint once the bridge has converted it.
 
-A trainer that was paused and revived after another took over fails with `StaleFence` at its
-first write; a restarted trainer resumes from the last recorded checkpoint.
+Two trainers at once: a trainer that was paused and revived after another took its lease over
+is refused at its next lease renewal (`LeaseHeld`) or fenced write (`StaleFence`: checkpoint,
+train step, serving record); it then stands down with one line (`FencedOut`) and writes nothing
+more. Its checkpoint files never replace the new holder's: each upload's key carries the lease
+epoch (`checkpoint_uri`). A restarted trainer resumes from the last recorded checkpoint.
+
+Publish order: the checkpoint folder is uploaded and checked (`rollout.blobs.upload_dir`,
+retried with backoff) before its record is written, so a checkpoint record never points at a
+missing or partial folder; a serving record is written only when its files exist.
 """
 
 from __future__ import annotations
@@ -29,17 +36,27 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rollout.blobs import BlobStore
+from rollout.blobs import UPLOAD_ATTEMPTS, BlobError, BlobStore, upload_dir
 from rollout.contracts import Message
 from rollout.harness.core import Environment
 from rollout.harness.loading import load_environment
 from rollout.harness.seeds import episode_seed
 from rollout.inference.vllm_serving import engines_asleep
-from rollout.ledger import CheckpointRecord, EpisodeSpec, GroupRecord, Lease, Ledger, ServingRecord
+from rollout.ledger import (
+    CheckpointRecord,
+    EpisodeSpec,
+    GroupRecord,
+    Lease,
+    LeaseHeld,
+    Ledger,
+    ServingRecord,
+    StaleFence,
+)
 from rollout.training import retention
 from rollout.training.advantages import AdvantageConfig
 from rollout.training.batch import segments_of_groups
 from rollout.training.config import EvalSchedule, RunConfig, RunSpec, require_available
+from rollout.training.errors import FencedOut
 from rollout.training.loss import LossConfig
 from rollout.training.providers.base import TrainBatch, TrainingProvider
 from rollout.training.providers.torch import TorchProvider
@@ -50,8 +67,11 @@ log = logging.getLogger("rollout.trainer")
 LEASE_SECONDS = 30.0
 
 
-def checkpoint_uri(run_id: str, version: int) -> str:
-    return f"runs/{run_id}/checkpoints/v{version:06d}"
+def checkpoint_uri(run_id: str, version: int, epoch: int | None = None) -> str:
+    """The blob key of a checkpoint; with the writer's lease `epoch` in it, two trainers (a
+    revived old one and its successor) never write the same key."""
+    suffix = "" if epoch is None else f"-e{epoch}"
+    return f"runs/{run_id}/checkpoints/v{version:06d}{suffix}"
 
 
 def make_provider(config: RunConfig, model_dir: Path) -> Any:
@@ -93,17 +113,44 @@ class Trainer:
         self._lease_renewed = 0.0
         self.evals: list[EvalSchedule] = []
         """The run's eval schedule (read from the run when `run` starts)."""
+        self.upload_attempts = UPLOAD_ATTEMPTS
+        """Attempts at uploading a checkpoint before the trainer gives up (and exits)."""
+        self.upload_delay = 0.5
+        """Seconds before the first retry of an upload (doubled after each)."""
 
     async def _renew(self) -> Lease:
         now = time.monotonic()
         if self.lease is None or now - self._lease_renewed > LEASE_SECONDS / 3:
-            self.lease = await self.ledger.acquire_lease(
+            lease = await self.ledger.acquire_lease(
                 f"trainer:{self.run_id}", self.holder, LEASE_SECONDS
             )
+            if self.lease is not None and lease.epoch != self.lease.epoch:
+                # Lapsed, held by another trainer meanwhile, then taken again: the ledger may
+                # have moved past what this process holds in memory.
+                raise StaleFence(
+                    f"lease {lease.name!r} epoch {self.lease.epoch} lapsed and another trainer "
+                    f"held it before this one took it again at epoch {lease.epoch}"
+                )
+            self.lease = lease
             self._lease_renewed = now
         return self.lease
 
     async def run(self, stop: asyncio.Event) -> None:
+        """Train the run until its last step (or `stop`); see the module docstring.
+
+        Raises:
+            FencedOut: another trainer took the lease over; nothing more was written.
+        """
+        try:
+            await self._run(stop)
+        except (StaleFence, LeaseHeld) as error:
+            epoch = self.lease.epoch if self.lease is not None else None
+            raise FencedOut(
+                f"trainer {self.holder!r} of run {self.run_id!r} (lease epoch {epoch}) stands "
+                f"down: {error}; it writes nothing more"
+            ) from None
+
+    async def _run(self, stop: asyncio.Event) -> None:
         run = await self.ledger.get_run(self.run_id)
         spec = RunSpec.of(run)
         self.backend = spec.backend
@@ -259,9 +306,18 @@ class Trainer:
         metrics: dict[str, float],
     ) -> None:
         local = self.work_dir / f"v{version}"
+        await asyncio.to_thread(shutil.rmtree, local, True)  # left by a failed earlier try
         saved = await asyncio.to_thread(provider.save, local)
-        uri = checkpoint_uri(self.run_id, version)
-        await asyncio.to_thread(self.blobs.put_dir, local, uri)
+        uri = checkpoint_uri(self.run_id, version, lease.epoch)
+        # Uploaded and checked before it is recorded: a record never names a partial folder.
+        await asyncio.to_thread(
+            upload_dir,
+            self.blobs,
+            local,
+            uri,
+            attempts=self.upload_attempts,
+            delay=self.upload_delay,
+        )
         checkpoint = CheckpointRecord(
             run_id=self.run_id,
             version=version,
@@ -332,6 +388,10 @@ class Trainer:
         conversions = await self.ledger.conversions(self.run_id, latest.version)
         if self.backend not in conversions:
             return False
+        missing = await asyncio.to_thread(self._missing_blobs, conversions.values())
+        if missing:  # deleted or never landed: a server must never be told to load it
+            log.warning("not serving v%s: no files at %s", latest.version, ", ".join(missing))
+            return False
         await self.ledger.set_serving(
             lease,
             ServingRecord(
@@ -342,6 +402,17 @@ class Trainer:
             ),
         )
         return True
+
+    def _missing_blobs(self, uris: Any) -> list[str]:
+        """The URIs of the blob store that name nothing there (others are not checked)."""
+        missing = []
+        for uri in uris:
+            try:
+                if not self.blobs.exists(uri):
+                    missing.append(uri)
+            except BlobError:  # not this store's URI (a hosted provider's): not ours to check
+                continue
+        return missing
 
     async def _publish_until_served(self, stop: asyncio.Event) -> None:
         """Publish the newest checkpoint and wait (a minute at most) until a server says it
