@@ -20,6 +20,7 @@ crashed, failed over) runs again on a fresh connection with back-off, for up to
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from typing import Any, LiteralString, Self, TypeVar
 
@@ -33,6 +34,7 @@ from rollout.ledger.adapters import register_dumpers
 from rollout.ledger.embedded import ledger_url
 from rollout.ledger.migrate import apply_migrations
 from rollout.ledger.retry import Outage, wrap_methods
+from rollout.settings import get_settings
 
 Conn = AsyncConnection[DictRow]
 Pool = AsyncConnectionPool[Conn]
@@ -65,6 +67,18 @@ async def fetch_all(
 
 async def _configure(conn: AsyncConnection[Any]) -> None:
     register_dumpers(conn)
+
+
+class _QuietReconnects(logging.Filter):
+    """Drops the pool's warning per failed reconnect attempt and per dead connection: during
+    an outage the ledger logs one line instead (rollout.ledger.retry)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = str(record.msg)
+        return not message.startswith(("error connecting in", "discarding closed connection"))
+
+
+logging.getLogger("psycopg.pool").addFilter(_QuietReconnects())
 
 
 def _where(url: str) -> str:
@@ -116,8 +130,11 @@ class LedgerConnection:
         resolved = await asyncio.to_thread(ledger_url, url, state_dir=state_dir)
         if migrate:
             await apply_migrations(resolved)
+        outage = get_settings().db_outage_s
         pool: Pool = AsyncConnectionPool(
             resolved,
+            # A wait for a connection never outlasts the outage a call rides out.
+            timeout=min(30.0, outage) if outage > 0 else 30.0,
             connection_class=Conn,
             min_size=min_size,
             max_size=max_size,

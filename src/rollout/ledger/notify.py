@@ -44,6 +44,12 @@ CHANNELS: tuple[str, ...] = (
 _Key = tuple[str, str | None]
 
 
+def _first_line(error: BaseException) -> str:
+    """psycopg's messages run over several lines; a log line keeps the first."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else repr(error)
+
+
 class Listener:
     """Listens on every ledger channel and wakes waiters."""
 
@@ -85,7 +91,7 @@ class Listener:
             except Exception as error:
                 # Once per outage (the ledger's calls warn too); then quietly every second.
                 (log.debug if self._down else log.warning)(
-                    "ledger listener: cannot connect (%s); polling meanwhile", error
+                    "ledger listener: cannot connect (%s); polling meanwhile", _first_line(error)
                 )
                 self._down = True
                 await asyncio.sleep(self._reconnect_delay)
@@ -104,7 +110,9 @@ class Listener:
             except asyncio.CancelledError:
                 raise
             except Exception as error:
-                log.warning("ledger listener: connection lost (%s); reconnecting", error)
+                log.warning(
+                    "ledger listener: connection lost (%s); reconnecting", _first_line(error)
+                )
             finally:
                 self._ready.clear()
                 with contextlib.suppress(Exception):
