@@ -12,7 +12,7 @@ import pytest
 
 from rollout.launch.db_watch import watch_embedded
 from rollout.ledger import Ledger
-from rollout.ledger.embedded import database_url, embedded_pid
+from rollout.ledger.embedded import database_url, embedded_pid, stop_embedded
 
 
 @pytest.mark.slow
@@ -46,6 +46,10 @@ async def test_a_killed_embedded_postgres_is_restarted_and_the_ledger_goes_on(
                 pass
             await ledger.set_setting(after.run_id, "paused", True)
             assert await ledger.wait("settings", timeout=10.0, run_id=after.run_id)
+            # Stopped on purpose (`rollout down`), it stays stopped.
+            assert stop_embedded(embedded_state_dir)
+            await asyncio.sleep(1.0)
+            assert embedded_pid(embedded_state_dir) is None
         finally:
             stop.set()
             await watch

@@ -7,7 +7,7 @@ write-ahead log (crash recovery), so no committed fact is lost. Meanwhile every 
 calls wait and retry (rollout.ledger.retry) and their LISTEN connections come back by
 themselves. An external database (`ROLLOUT_DATABASE_URL` pointing elsewhere) is not watched:
 its restarts and failovers are its operator's; the roles ride them out for up to
-`ROLLOUT_DB_OUTAGE_S`.
+`ROLLOUT_DB_OUTAGE_S`. A server stopped on purpose (`rollout down`) is left stopped.
 """
 
 from __future__ import annotations

@@ -196,7 +196,8 @@ def restart_embedded(path: str | os.PathLike[str] | None = None) -> bool:
     """Start the embedded server again on its data folder if it died (a crash, a kill -9).
 
     Postgres replays its write-ahead log on start (crash recovery), so every committed fact is
-    there. Returns True when it restarted the server, False when it was running already. A
+    there. A server stopped on purpose (`stop_embedded`, `rollout down`: no `postmaster.pid`
+    left) stays stopped. Returns True when it restarted the server, else False. A
     restart can fail while the dead server's last backends are still exiting; the caller tries
     again later.
 
@@ -206,8 +207,8 @@ def restart_embedded(path: str | os.PathLike[str] | None = None) -> bool:
     if embedded_pid(path) is not None:
         return False
     folder = state_dir(path) / "postgres"
-    if not (folder / "PG_VERSION").exists():
-        return False  # never created here: nothing to restart
+    if not (folder / "postmaster.pid").exists():
+        return False  # stopped on purpose (`rollout down` removes it) or never started here
     if not _clear_zombie_lock(folder):
         return False  # the dead server's backends are still exiting: try again later
     try:
