@@ -143,3 +143,13 @@ def test_every_public_call_retries_but_the_listed_ones() -> None:
     retried = {name for name in public if getattr(getattr(Ledger, name), "__rollout_retried__", 0)}
     assert retried == public - NOT_RETRIED
     assert {"end_seat", "record_turn", "record_checkpoint", "claim_seat"} <= retried
+
+
+async def test_a_call_after_close_fails_at_once(make_ledger: MakeLedger) -> None:
+    closed = await make_ledger()
+    await closed.close()
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    with pytest.raises(psycopg.OperationalError):
+        await closed.list_runs()
+    assert loop.time() - began < 1.0  # not retried as if the server were away

@@ -23,6 +23,9 @@ Example:
     True
     >>> is_disconnect(psycopg.errors.UniqueViolation("duplicate key"))
     False
+    >>> from psycopg_pool import PoolClosed
+    >>> is_disconnect(PoolClosed("the pool is closed"))  # a call after close fails at once
+    False
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, ParamSpec, TypeVar
 
 import psycopg
+from psycopg_pool import PoolClosed, TooManyRequests
 
 from rollout.ledger.errors import LedgerError
 from rollout.settings import get_settings
@@ -81,6 +85,8 @@ class DatabaseUnavailable(LedgerError):
 def is_disconnect(error: BaseException) -> bool:
     """Whether `error` means the connection (or the server) went away, not a bad statement."""
     if not isinstance(error, psycopg.OperationalError):
+        return False
+    if isinstance(error, PoolClosed | TooManyRequests):  # this process's doing, not the server's
         return False
     state = error.sqlstate
     # No SQLSTATE: the client lost the socket (refused, reset, closed), or the pool timed out.
