@@ -65,6 +65,9 @@ from rollout.training.segments import UNSAMPLED_VERSION
 log = logging.getLogger("rollout.trainer")
 
 LEASE_SECONDS = 30.0
+RENEW_SECONDS = 2.0
+"""The lease is renewed when its last renewal is older than this (one UPDATE): a trainer
+revived after a pause renews before its next step and stands down at once if it was taken over."""
 
 
 def checkpoint_uri(run_id: str, version: int, epoch: int | None = None) -> str:
@@ -120,7 +123,7 @@ class Trainer:
 
     async def _renew(self) -> Lease:
         now = time.monotonic()
-        if self.lease is None or now - self._lease_renewed > LEASE_SECONDS / 3:
+        if self.lease is None or now - self._lease_renewed > RENEW_SECONDS:
             lease = await self.ledger.acquire_lease(
                 f"trainer:{self.run_id}", self.holder, LEASE_SECONDS
             )
@@ -208,7 +211,7 @@ class Trainer:
                 return await self._renew()
             except Exception as error:  # held by a live trainer: wait for it to expire
                 log.info("trainer lease busy (%s); waiting", error)
-                await asyncio.sleep(2.0)
+                await asyncio.sleep(1.0)
         return None
 
     def _warmup(
