@@ -142,3 +142,13 @@ def test_model_init_writes_a_hugging_face_folder(
     }
     config = json.loads((out_dir / "config.json").read_text())
     assert config["hidden_size"] == 32 and config["num_hidden_layers"] == 1
+
+
+def test_a_bad_environment_variable_is_one_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ROLLOUT_DB_OUTAGE_S", "soon")
+    code, _, err = rollout(capsys, "ps")
+    assert code == 2
+    assert "ROLLOUT_DB_OUTAGE_S" in err and "'soon'" in err
+    assert "Traceback" not in err

@@ -146,19 +146,27 @@ def environment_error(error: BaseException) -> str | None:
     return None
 
 
+def _print_error(message: str) -> None:
+    # One line however wide the terminal, and the message's brackets are not markup.
+    err_console.print(f"[red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+
+
 def main() -> None:
     """Entry point: user errors print as one line, without a traceback."""
     for key, value in QUIET_ENVIRONMENT.items():
         os.environ.setdefault(key, value)
     from rollout.settings import get_settings
 
-    folder = get_settings().state_dir
+    try:
+        folder = get_settings().state_dir
+    except RolloutError as error:  # a bad ROLLOUT_* variable
+        _print_error(str(error))
+        sys.exit(2)
     existed = folder.exists()
     try:
         app()
     except RolloutError as error:
-        # One line however wide the terminal, and the message's brackets are not markup.
-        err_console.print(f"[red]error:[/] {escape(str(error))}", highlight=False, soft_wrap=True)
+        _print_error(str(error))
         sys.exit(2)
     except KeyboardInterrupt:
         err_console.print("interrupted")
@@ -167,7 +175,7 @@ def main() -> None:
         message = environment_error(error)
         if message is None:
             raise
-        err_console.print(f"[red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+        _print_error(message)
         sys.exit(2)
     finally:
         if not existed and folder.is_dir():  # say where the new state went
