@@ -6,7 +6,9 @@ then revived with SIGCONT: its next renewal or fenced write is refused, and it e
 line saying it stands down. The ledger shows each version once, lease epochs that never go back,
 and no checkpoint or serving record of A's after B's first.
 
-The test plays the other roles through the ledger, so only the two trainers are processes: the
+Opt-in (ROLLOUT_TWO_TRAINERS_E2E=1): it costs 30 s to well over a minute on CI's 2 busy cores,
+and `test_trainer_fence.py` checks the same refusals in process on every run. The test plays
+the other roles through the ledger, so only the two trainers are processes: the
 runner (every seat ends `failed`, so each step is an optimizer step with nothing to learn), the
 bridge (each checkpoint's own folder is its `local` conversion) and an inference server (it
 acknowledges what it is told to serve).
@@ -68,6 +70,10 @@ def _trainer(run_id: str, env: dict[str, str], log: Path) -> subprocess.Popen[by
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(
+    os.environ.get("ROLLOUT_TWO_TRAINERS_E2E") != "1",
+    reason="opt-in (ROLLOUT_TWO_TRAINERS_E2E=1): two trainer processes, 30-100 s on 2 busy cores",
+)
 async def test_a_revived_old_trainer_cannot_publish(
     ledger: Ledger, database_url: str, tiny_model_dir: Path, tmp_path: Path
 ) -> None:
@@ -118,7 +124,11 @@ async def test_a_revived_old_trainer_cannot_publish(
                 with contextlib.suppress(ProcessLookupError):
                     process.send_signal(signal.SIGCONT)
                 process.terminate()
-                await asyncio.to_thread(process.wait, 30)
+                try:
+                    await asyncio.to_thread(process.wait, 15)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    await asyncio.to_thread(process.wait, 15)
         await player
 
     lines = (tmp_path / f"{trainers.index(first)}.log").read_text().splitlines()
