@@ -15,7 +15,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tests.test_kill_e2e import _role_pids, _wait_for_step
+from tests.live_run import role_pids as _role_pids
+from tests.live_run import wait_for_step as _wait_for_step
 
 
 @pytest.mark.slow

@@ -14,7 +14,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tests.test_kill_e2e import _wait_for_step
+from tests.live_run import wait_for_step as _wait_for_step
 
 
 def _descendants(root: int) -> set[int]:

@@ -33,6 +33,20 @@ from rollout.training.errors import TrainingError
 
 log = logging.getLogger("rollout.up")
 
+HEALTHY_S = 10.0
+"""A role that ran this long before it exited is restarted without back-off."""
+
+
+def _quick_exits_after(exits: int, code: int, lived_s: float) -> int:
+    """The count of quick exits in a row after one more exit (`code`, after `lived_s` seconds).
+
+    The restart back-off (0.5 s doubling to 30 s) is for crash loops: a role that ran for
+    `HEALTHY_S` or was killed by SIGKILL (the OOM killer, an operator, a chaos test) counts from 1.
+    """
+    if code == -signal.SIGKILL or lived_s >= HEALTHY_S:
+        return 1
+    return exits + 1
+
 
 @dataclass
 class ManagedProcess:
@@ -42,6 +56,7 @@ class ManagedProcess:
     env: dict[str, str]
     process: subprocess.Popen[bytes] | None = None
     restarts: int = 0
+    quick_exits: int = 0
     next_start: float = 0.0
     started_at: float = 0.0
     history: list[int] = field(default_factory=list)
@@ -120,9 +135,12 @@ class LocalSupervisor:
                 code = managed.process.returncode
                 managed.history.append(code)
                 managed.restarts += 1
+                managed.quick_exits = _quick_exits_after(
+                    managed.quick_exits, code, now - managed.started_at
+                )
                 log.warning("%s exited with %s; restarting", name, code)
             managed.start()
-            managed.next_start = now + min(30.0, 0.5 * 2 ** min(managed.restarts, 6))
+            managed.next_start = now + min(30.0, 0.5 * 2 ** min(managed.quick_exits, 6))
         return managed
 
     def _spec(self, run: RunRecord) -> RunSpec | None:

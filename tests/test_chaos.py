@@ -1,0 +1,300 @@
+"""Chaos: kill -9 of random roles at random moments, Postgres included, and nothing is lost.
+
+`rollout train` runs the parity example on the embedded Postgres (a private state folder, no
+`ROLLOUT_DATABASE_URL`). Once a train step is recorded the test SIGKILLs, KILLS times, a random
+child of the run's supervisor (`rollout up`: runner, gateway, inference server, trainer,
+bridge, ...) or, a few times, the embedded Postgres. After each kill it waits until that kind is
+back (a new process of the kind; for Postgres, a query answered), recording the recovery time,
+plus a random pause. The run must then finish its steps, and the ledger must show: checkpoint
+versions 0..N once each on one parent chain, trainer lease epochs that never go back, every
+consumed group trained once and complete, every seat's end written by its final attempt, every
+turn belonging to exactly one attempt, and nothing left running.
+
+Replay a failure with `ROLLOUT_CHAOS_SEED=<the printed seed>`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+import psycopg
+import pytest
+
+from rollout.ledger import apply_migrations
+from rollout.ledger.embedded import database_url, embedded_pid
+
+KILLS = 50
+POSTGRES_KILLS = (3, 5)
+STEPS = 4
+GROUPS = 2
+RECOVERY_TIMEOUT = 60.0
+T = TypeVar("T")
+
+
+def _argv(pid: int) -> list[str]:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return [a.decode(errors="replace") for a in raw.split(b"\0") if a]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def _children(parent: int) -> dict[str, list[int]]:
+    """The supervisor's live role processes by kind (`rollout.cli <kind> ...`)."""
+    found: dict[str, list[int]] = defaultdict(list)
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(stat[1]) != parent or stat[0] == "Z":
+            continue
+        args = _argv(int(entry.name))
+        if "rollout.cli" in args and len(args) > args.index("rollout.cli") + 1:
+            found[args[args.index("rollout.cli") + 1]].append(int(entry.name))
+    return found
+
+
+def _with_run_id(run_id: str) -> list[int]:
+    return [
+        int(e.name)
+        for e in Path("/proc").iterdir()
+        if e.name.isdigit() and run_id in _argv(int(e.name)) and _alive(int(e.name))
+    ]
+
+
+def _answers(url: str) -> bool:
+    try:
+        with psycopg.connect(url, connect_timeout=2) as conn:
+            return conn.execute("SELECT 1").fetchone() == (1,)
+    except psycopg.Error:
+        return False
+
+
+def _wait(what: str, ready: Callable[[], T | None], timeout: float = RECOVERY_TIMEOUT) -> T:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = ready()
+        if value:
+            return value  # truthy, so not None
+        assert time.monotonic() < deadline, f"{what} not back within {timeout} s"
+        time.sleep(0.05)
+
+
+def _first_step(url: str, train: subprocess.Popen[str]) -> str:
+    def step() -> str | None:
+        assert train.poll() is None, train.communicate()[1][-3000:]
+        if not _answers(url):
+            return None
+        with psycopg.connect(url) as conn:
+            row = conn.execute(
+                "SELECT run_id FROM train_steps GROUP BY run_id HAVING max(step) >= 1"
+            ).fetchone()
+        return None if row is None else str(row[0])
+
+    return _wait("train step 1", step, timeout=180)
+
+
+def _supervisor(run_id: str) -> int:
+    """The `rollout up --run RUN` process that `rollout train` started."""
+
+    def find() -> int | None:
+        for pid in _with_run_id(run_id):
+            args = _argv(pid)
+            if "rollout.cli" in args and args[args.index("rollout.cli") + 1] == "up":
+                return pid
+        return None
+
+    return _wait("the supervisor", find, timeout=10)
+
+
+def _kill_one(
+    rng: random.Random, up: int, url: str, state: Path, postgres_left: int, kills_left: int
+) -> tuple[str, float]:
+    """Kill -9 one random role (or Postgres); wait until its kind is back. Returns the kind and
+    the recovery time in seconds."""
+    roles = _wait("a role", lambda: _children(up) or None)
+    # Postgres kills are spread over the schedule: the chance is what is left over what is left.
+    if postgres_left and rng.random() < postgres_left / kills_left:
+        pid = _wait("the embedded Postgres", lambda: embedded_pid(state))
+        os.kill(pid, signal.SIGKILL)
+        killed = time.monotonic()
+        _wait("Postgres", lambda: embedded_pid(state) not in (None, pid) and _answers(url))
+        return "postgres", time.monotonic() - killed
+    kind = rng.choice(sorted(roles))
+    old = set(roles[kind])
+    for pid in old:
+        os.kill(pid, signal.SIGKILL)
+    killed = time.monotonic()
+    _wait(kind, lambda: set(_children(up).get(kind, [])) - old)
+    return kind, time.monotonic() - killed
+
+
+def _held(url: str, run_id: str, before: float) -> set[tuple[str, int, int]]:
+    """Unended seats whose current attempt was claimed before `before` (the dead runner's)."""
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT c.episode_id, c.agent, c.attempt FROM seat_claims c JOIN seats s"
+            "  ON s.episode_id = c.episode_id AND s.agent = c.agent AND s.attempt = c.attempt"
+            " WHERE c.run_id = %s AND NOT s.done AND c.claimed_at < to_timestamp(%s)",
+            (run_id, before),
+        ).fetchall()
+    return {(episode, agent, attempt) for episode, agent, attempt in rows}
+
+
+@pytest.mark.slow
+def test_a_run_survives_50_random_kill_9s(embedded_state_dir: Path) -> None:
+    seed = int(os.environ.get("ROLLOUT_CHAOS_SEED") or random.randrange(2**32))
+    print(f"chaos seed {seed} (replay: ROLLOUT_CHAOS_SEED={seed})")
+    rng = random.Random(seed)
+    postgres_kills = rng.randint(*POSTGRES_KILLS)
+    env = dict(os.environ, ROLLOUT_STATE_DIR=str(embedded_state_dir))
+    env.pop("ROLLOUT_DATABASE_URL", None)
+    url = database_url(embedded_state_dir)  # started here, so the test can read it too
+    asyncio.run(apply_migrations(url))
+    began = time.monotonic()
+    train = subprocess.Popen(
+        [
+            sys.executable, "-m", "rollout.cli", "train", "parity.environment:environment",
+            "--preset", "cpu-tiny", "--steps", str(STEPS), "--set", "stop_at_reward=2",
+            "--set", "warmup_steps=2", "--set", f"groups_per_step={GROUPS}", "--json",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )  # fmt: skip
+    recoveries: dict[str, list[float]] = defaultdict(list)
+    held: set[tuple[str, int, int]] = set()
+    try:
+        run_id = _first_step(url, train)
+        up = _supervisor(run_id)
+        print(f"train step 1 after {time.monotonic() - began:.1f} s; run {run_id}")
+        for index in range(KILLS):
+            assert train.poll() is None, f"the run ended at kill {index}: {train.communicate()}"
+            left = postgres_kills - len(recoveries["postgres"])
+            before = time.time()
+            kind, seconds = _kill_one(rng, up, url, embedded_state_dir, left, KILLS - index)
+            recoveries[kind].append(seconds)
+            if kind == "runner":  # its seats are played again once their claims expire
+                time.sleep(max(0.0, 0.5 - seconds))  # a commit already on its way lands first
+                held |= _held(url, run_id, before)
+            pause = rng.random()
+            print(f"kill {index + 1:2d} at {time.monotonic() - began:6.1f} s: {kind} back in"
+                  f" {seconds:.2f} s, pause {pause:.2f} s")  # fmt: skip
+            time.sleep(pause)
+        killed_until = time.monotonic()
+        out, err = train.communicate(timeout=240)
+    finally:
+        if train.poll() is None:
+            train.kill()
+            train.wait()
+    print(f"finished {time.monotonic() - killed_until:.1f} s after the last kill,"
+          f" {time.monotonic() - began:.1f} s in all")  # fmt: skip
+    print(f"{'kind':<10} {'count':>5} {'median s':>9} {'max s':>7}")
+    for kind, times in sorted(recoveries.items()):
+        print(f"{kind:<10} {len(times):>5} {statistics.median(times):>9.2f} {max(times):>7.2f}")
+    assert sum(map(len, recoveries.values())) == KILLS
+    assert len(recoveries["postgres"]) == postgres_kills
+    assert train.returncode == 0, err[-3000:]
+    summary = json.loads(out)
+    assert summary["status"] == "finished" and summary["steps"] == STEPS, summary
+    left = _with_run_id(run_id)  # the supervisor and its roles have stopped
+    assert not left, [_argv(pid) for pid in left]
+    _check_ledger(url, run_id, trainer_killed=bool(recoveries["trainer"]), held=held)
+
+
+def _check_ledger(
+    url: str, run_id: str, *, trainer_killed: bool, held: set[tuple[str, int, int]]
+) -> None:
+    with psycopg.connect(url) as conn:
+        chain = conn.execute(
+            "SELECT version, parent_version, lease_epoch FROM checkpoints WHERE run_id = %s"
+            " ORDER BY version",
+            (run_id,),
+        ).fetchall()
+        # Versions 0..N once each, each the child of the one before: one parent chain.
+        assert [v for v, _, _ in chain] == list(range(STEPS + 1)), chain
+        assert [p for _, p, _ in chain] == [None, *range(STEPS)], chain
+        steps = conn.execute(
+            "SELECT step, lease_epoch FROM train_steps WHERE run_id = %s ORDER BY step", (run_id,)
+        ).fetchall()
+        assert [s for s, _ in steps] == list(range(STEPS + 1)), steps
+        # A fenced-out trainer never wrote after its successor: epochs never go back.
+        for epochs in ([e for _, e in steps], [e for _, _, e in chain]):
+            assert epochs == sorted(epochs), (steps, chain)
+        if trainer_killed:  # a new trainer (a new lease epoch) carried on after a kill
+            assert steps[-1][1] > steps[0][1], steps
+        # Each consumed group was trained once, and only complete groups were trained.
+        groups = conn.execute(
+            "SELECT count(*), count(DISTINCT group_index) FROM consumed_groups WHERE run_id = %s",
+            (run_id,),
+        ).fetchone()
+        assert groups is not None and groups[0] == groups[1] == STEPS * GROUPS, groups
+        unfinished = conn.execute(
+            "SELECT count(*) FROM consumed_groups c JOIN episodes e"
+            "  ON e.run_id = c.run_id AND e.group_index = c.group_index"
+            " JOIN seats s ON s.episode_id = e.episode_id"
+            " WHERE c.run_id = %s AND NOT s.done",
+            (run_id,),
+        ).fetchone()
+        assert unfinished == (0,)
+        # Every seat's end was written by its final attempt.
+        stale_ends = conn.execute(
+            "SELECT s.episode_id, s.agent, s.attempt, e.attempt FROM seats s JOIN seat_ends e"
+            "  ON e.episode_id = s.episode_id AND e.agent = s.agent"
+            " WHERE s.run_id = %s AND s.attempt <> e.attempt",
+            (run_id,),
+        ).fetchall()
+        assert not stale_ends, stale_ends
+        # A seat a killed runner held was ended, if at all, by a later attempt.
+        ends = dict(
+            ((episode, agent), attempt)
+            for episode, agent, attempt in conn.execute(
+                "SELECT episode_id, agent, attempt FROM seat_ends WHERE run_id = %s", (run_id,)
+            )
+        )
+        replayed = {(e, a): ends[e, a] for e, a, _ in held if (e, a) in ends}
+        assert all(ends[e, a] > attempt for e, a, attempt in held if (e, a) in ends), replayed
+        # Every recorded turn belongs to exactly one attempt (a claim of its seat).
+        orphans = conn.execute(
+            "SELECT t.episode_id, t.agent, t.attempt, t.turn_index, count(c.attempt)"
+            " FROM turns t LEFT JOIN seat_claims c ON c.episode_id = t.episode_id"
+            "  AND c.agent = t.agent AND c.attempt = t.attempt"
+            " WHERE t.run_id = %s GROUP BY 1, 2, 3, 4 HAVING count(c.attempt) <> 1",
+            (run_id,),
+        ).fetchall()
+        assert not orphans, orphans
+        # A trained seat's turns are its final attempt's, numbered 0..k-1 without a gap.
+        gaps = conn.execute(
+            "SELECT t.episode_id, t.agent FROM consumed_groups g JOIN episodes e"
+            "  ON e.run_id = g.run_id AND e.group_index = g.group_index"
+            " JOIN seats s ON s.episode_id = e.episode_id"
+            " JOIN turns t ON t.episode_id = s.episode_id AND t.agent = s.agent"
+            "  AND t.attempt = s.attempt"
+            " WHERE g.run_id = %s GROUP BY 1, 2 HAVING max(t.turn_index) + 1 <> count(*)",
+            (run_id,),
+        ).fetchall()
+        assert not gaps, gaps
