@@ -5,7 +5,8 @@
 child of the run's supervisor (`rollout up`: runner, gateway, inference server, trainer,
 bridge, ...) or, a few times, the embedded Postgres. After each kill it waits until that kind is
 back (a new process of the kind; for Postgres, a query answered), recording the recovery time,
-plus a random pause. The run must then finish its steps, and the ledger must show: checkpoint
+plus a random pause. (Near the run's end the trainer is killed next, so that the run outlasts
+the kills.) The run must then finish its steps, and the ledger must show: checkpoint
 versions 0..N once each on one parent chain, trainer lease epochs that never go back, every
 consumed group trained once and complete, every seat's end written by its final attempt, every
 turn belonging to exactly one attempt, and nothing left running.
@@ -135,11 +136,19 @@ def _supervisor(run_id: str) -> int:
 
 
 def _kill_one(
-    rng: random.Random, up: int, url: str, state: Path, postgres_left: int, kills_left: int
+    rng: random.Random,
+    up: int,
+    url: str,
+    state: Path,
+    postgres_left: int,
+    kills_left: int,
+    trainer: bool = False,
 ) -> tuple[str, float]:
-    """Kill -9 one random role (or Postgres); wait until its kind is back. Returns the kind and
-    the recovery time in seconds."""
+    """Kill -9 one random role (or Postgres; or the trainer when `trainer`); wait until its
+    kind is back. Returns the kind and the recovery time in seconds."""
     roles = _wait("a role", lambda: _children(up) or None)
+    if trainer:
+        roles = {"trainer": roles["trainer"]} if roles.get("trainer") else roles
     # Postgres kills are spread over the schedule: the chance is what is left over what is left.
     if postgres_left and rng.random() < postgres_left / kills_left:
         pid = _wait("the embedded Postgres", lambda: embedded_pid(state))
@@ -154,6 +163,14 @@ def _kill_one(
     killed = time.monotonic()
     _wait(kind, lambda: set(_children(up).get(kind, [])) - old)
     return kind, time.monotonic() - killed
+
+
+def _last_step(url: str, run_id: str) -> int:
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "SELECT coalesce(max(step), 0) FROM train_steps WHERE run_id = %s", (run_id,)
+        ).fetchone()
+    return int(row[0]) if row else 0
 
 
 def _held(url: str, run_id: str, before: float) -> set[tuple[str, int, int]]:
@@ -192,6 +209,7 @@ def test_a_run_survives_50_random_kill_9s(embedded_state_dir: Path) -> None:
     )  # fmt: skip
     recoveries: dict[str, list[float]] = defaultdict(list)
     held: set[tuple[str, int, int]] = set()
+    trainer_killed_at = 0.0
     try:
         run_id = _first_step(url, train)
         up = _supervisor(run_id)
@@ -201,16 +219,26 @@ def test_a_run_survives_50_random_kill_9s(embedded_state_dir: Path) -> None:
             assert time.monotonic() < began + BUDGET_S, f"over {BUDGET_S} s at kill {index}"
             left = postgres_kills - len(recoveries["postgres"])
             before = time.time()
-            kind, seconds = _kill_one(rng, up, url, embedded_state_dir, left, KILLS - index)
+            # The run must outlast the kills: near its end, a trainer that may hold the lease
+            # (none was killed in the last 20 s; a dead one's lease lasts 30 s) is killed next.
+            near_end = _last_step(url, run_id) >= STEPS - 2
+            force = near_end and time.monotonic() - trainer_killed_at > 20
+            kind, seconds = _kill_one(
+                rng, up, url, embedded_state_dir, left, KILLS - index, trainer=force
+            )
+            if kind == "trainer":
+                trainer_killed_at = time.monotonic() - seconds
             recoveries[kind].append(seconds)
             if kind == "runner":  # its seats are played again once their claims expire
                 time.sleep(max(0.0, 0.5 - seconds))  # a commit already on its way lands first
                 held |= _held(url, run_id, before)
             pause = rng.random()
+            note = " (trainer forced)" if force else ""
             print(f"kill {index + 1:2d} at {time.monotonic() - began:6.1f} s: {kind} back in"
-                  f" {seconds:.2f} s, pause {pause:.2f} s")  # fmt: skip
+                  f" {seconds:.2f} s, pause {pause:.2f} s{note}")  # fmt: skip
             time.sleep(pause)
         killed_until = time.monotonic()
+        print(f"at step {_last_step(url, run_id)} of {STEPS} after the kills")
         out, err = train.communicate(timeout=max(1.0, began + BUDGET_S - time.monotonic()))
     finally:
         if train.poll() is None:
