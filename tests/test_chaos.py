@@ -37,6 +37,7 @@ import pytest
 
 from rollout.ledger import apply_migrations
 from rollout.ledger.embedded import database_url, embedded_pid
+from tests.live_run import alive
 
 KILLS = 50
 POSTGRES_KILLS = (3, 5)
@@ -54,14 +55,6 @@ def _argv(pid: int) -> list[str]:
     except OSError:
         return []
     return [a.decode(errors="replace") for a in raw.split(b"\0") if a]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 def _children(parent: int) -> dict[str, list[int]]:
@@ -86,7 +79,7 @@ def _with_run_id(run_id: str) -> list[int]:
     return [
         int(e.name)
         for e in Path("/proc").iterdir()
-        if e.name.isdigit() and run_id in _argv(int(e.name)) and _alive(int(e.name))
+        if e.name.isdigit() and run_id in _argv(int(e.name)) and alive(int(e.name))
     ]
 
 

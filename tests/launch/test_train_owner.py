@@ -14,6 +14,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from tests.live_run import alive
 from tests.live_run import wait_for_step as _wait_for_step
 
 
@@ -39,14 +40,6 @@ def _descendants(root: int) -> set[int]:
     return found
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads processes from /proc")
@@ -69,10 +62,10 @@ def test_kill_9_of_train_stops_every_role(database_url: str, tmp_path: Path) -> 
         train.send_signal(signal.SIGKILL)
         train.wait(10)
         killed_at = time.monotonic()
-        while any(_alive(pid) for pid in started) and time.monotonic() - killed_at < 30:
+        while any(alive(pid) for pid in started) and time.monotonic() - killed_at < 30:
             time.sleep(0.2)
         gone_after = time.monotonic() - killed_at
-        left = [pid for pid in started if _alive(pid)]
+        left = [pid for pid in started if alive(pid)]
     finally:
         if train.poll() is None:
             train.kill()
