@@ -124,7 +124,17 @@ def setup_vllm_env(
     if not python.is_file():
         progress(f"creating {folder} (Python {sys.version_info.major}.{sys.version_info.minor})")
         _run([*_uv(), "venv", "--python", sys.executable, str(folder)], "create the venv")
-    install = [*_uv(), "pip", "install", "--python", str(python), *_pip_sources()]
+    # --compile-bytecode: the server imports vLLM, PyTorch and transformers each time it starts;
+    # without .pyc files (PYTHONDONTWRITEBYTECODE) every start would compile them again.
+    install = [
+        *_uv(),
+        "pip",
+        "install",
+        "--compile-bytecode",
+        "--python",
+        str(python),
+        *_pip_sources(),
+    ]
     progress(f"installing {package} (about 3 GB the first time; cached afterwards)")
     try:
         _run([*install, package], f"install {package}")
