@@ -17,12 +17,26 @@ runs_app = typer.Typer(help="List, inspect and steer runs.", no_args_is_help=Tru
 episodes_app = typer.Typer(help="Inspect episodes and their turns.", no_args_is_help=True)
 
 
-@runs_app.command("list")
-def runs_list(as_json: JsonFlag = False) -> None:
-    """List runs, newest first."""
+async def _with_reasons(ledger: Ledger) -> list[dict[str, Any]]:
+    """`run_summaries`, each failed run with `reason`: why it paused itself (its `error`)."""
     from rollout.monitor.queries import run_summaries
 
-    rows = query(run_summaries)
+    rows = await run_summaries(ledger)
+    for row in rows:
+        if row["state"] == "failed":
+            row["reason"] = (await ledger.settings(row["run_id"])).get("error")
+    return rows
+
+
+def _failed_line(name: str, reason: Any) -> str:
+    """One line for a run paused by its failure threshold (`rollout.launch.failures`)."""
+    return f"{name} paused: {reason or 'the run failed'}"
+
+
+@runs_app.command("list")
+def runs_list(as_json: JsonFlag = False) -> None:
+    """List runs, newest first; a failed run (paused by too many failed episodes) says why."""
+    rows = query(_with_reasons)
     if as_json:
         print_json(rows)
         return
@@ -39,6 +53,15 @@ def runs_list(as_json: JsonFlag = False) -> None:
             row["state"],
         )
     console.print(table)
+    for row in rows:
+        if row["state"] == "failed":
+            console.print(
+                _failed_line(row["name"], row.get("reason")),
+                style="red",
+                markup=False,
+                highlight=False,
+                soft_wrap=True,
+            )
 
 
 @runs_app.command("show")
@@ -70,6 +93,14 @@ def runs_show(
 
     print_run(console, detail, steps)
     console.print(_retention_line(detail), highlight=False, soft_wrap=True)
+    if detail["state"] == "failed":
+        console.print(
+            _failed_line(detail["name"], detail["settings"].get("error")),
+            style="red",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 def _retention_line(detail: dict[str, Any]) -> str:
@@ -142,11 +173,17 @@ def runs_set(
     console.print(f"{run_id}: " + ", ".join(f"{k} = {v}" for k, v in values.items()))
 
 
-def _pause(run: str, *, paused: bool) -> str:
-    async def go(ledger: Ledger) -> str:
+def _pause(run: str, *, paused: bool) -> tuple[str, str, str | None]:
+    """Pause or resume; return the run's id, its name and, when resuming cleared a failure, the
+    error it had paused with."""
+
+    async def go(ledger: Ledger) -> tuple[str, str, str | None]:
         record = await ledger.get_run(run)
+        settings = await ledger.settings(record.run_id)
         await (ledger.pause_run if paused else ledger.resume_run)(record.run_id)
-        return record.run_id
+        failed = not paused and settings.get("status") == "failed"
+        error = str(settings.get("error") or "the run failed") if failed else None
+        return record.run_id, record.name, error
 
     return query(go)
 
@@ -154,13 +191,29 @@ def _pause(run: str, *, paused: bool) -> str:
 @runs_app.command("pause")
 def runs_pause(run: Annotated[str, typer.Argument(help="Run id or name.")]) -> None:
     """Stop handing out new episodes (episodes in flight finish)."""
-    console.print(f"{_pause(run, paused=True)}: paused")
+    console.print(f"{_pause(run, paused=True)[0]}: paused")
 
 
 @runs_app.command("resume")
 def runs_resume(run: Annotated[str, typer.Argument(help="Run id or name.")]) -> None:
-    """Hand out episodes again."""
-    console.print(f"{_pause(run, paused=False)}: resumed")
+    """Hand out episodes again.
+
+    A run that paused itself after too many failed episodes (state failed) is cleared too: it
+    trains on with everything recorded so far, and the failure threshold counts only episodes
+    that end from now on. A running `rollout up` picks it up; otherwise continue it with
+    `rollout up --run RUN --until-finished`.
+    """
+    run_id, name, cleared = _pause(run, paused=False)
+    console.print(f"{run_id}: resumed", highlight=False)
+    if cleared is not None:
+        console.print(
+            f"cleared the failure ({cleared.split('; the run is paused')[0]}); episodes are "
+            "counted against max_failure_fraction from now on; unless a `rollout up` runs, "
+            f"continue with `uv run rollout up --run {name} --until-finished`",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 @runs_app.command("stop")

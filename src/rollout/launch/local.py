@@ -170,13 +170,15 @@ class LocalSupervisor:
         return urls[0], urls[1]
 
     async def _wanted(self, run: RunRecord, settings: dict[str, Any]) -> bool:
-        """Whether an unfinished run should train: not failed (past the failure threshold), and
-        not stopped unless this supervisor was told to run it (`rollout up --run RUN`) and it was
-        stopped before this supervisor started."""
+        """Whether an unfinished run should train: not failed (past the failure threshold, until
+        `rollout runs resume RUN` clears it), and not stopped unless this supervisor was told to
+        run it (`rollout up --run RUN`) and it was stopped before this supervisor started."""
         status = settings.get("status")
         named = self.run_filter is not None
         error = await check_failures(self.ledger, run.run_id)
-        if error is not None:
+        if error is None:
+            self._failed.discard(run.run_id)  # resumed (`rollout runs resume`): log a new failure
+        else:
             if run.run_id not in self._failed:
                 self._failed.add(run.run_id)
                 log.error("run %s failed: %s", run.name, error)

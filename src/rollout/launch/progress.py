@@ -157,7 +157,9 @@ async def watch_training(
                 explained = True
             if progress.paused:  # the rate shown would be stale
                 view.update(
-                    bar, status="paused: `uv run rollout runs resume RUN` hands out episodes"
+                    bar,
+                    status="paused: `uv run rollout runs resume RUN` hands out episodes"
+                    + (f"  {failed} failed" if failed else ""),
                 )
             elif line is not None:
                 view.update(bar, completed=progress.last_step, status=line)

@@ -16,9 +16,10 @@ import secrets
 from typing import Any, LiteralString
 
 from psycopg import sql
-from psycopg.rows import class_row
+from psycopg.rows import class_row, dict_row
 
 from rollout.ledger.connection import LedgerConnection, fetch_all, fetch_one
+from rollout.ledger.episodes import EPISODE_COUNTS
 from rollout.ledger.errors import InvalidInput, LedgerError, NotFound
 from rollout.ledger.inputs import jsonb, known_run, not_empty
 from rollout.ledger.records import RunRecord
@@ -156,8 +157,22 @@ class RunsMixin(LedgerConnection):
     async def resume_run(self, run_id: str) -> bool:
         """Hand out the run's seats again.
 
+        A run that paused itself past its failure threshold (`status: failed`, see
+        `rollout.launch.failures`) is cleared too: its episode counts now (and the database's
+        time, `at`) become the baseline the threshold is judged from (`failures_baseline`),
+        then `error` is cleared and `status` set to running, so supervisors train it again.
+
         Returns False when the run's latest `paused` setting already says false.
         """
+        if (await self.settings(run_id)).get("status") == "failed":
+            async with self._pool.connection() as conn:
+                (counts,) = await fetch_all(conn, dict_row, EPISODE_COUNTS, {"run_id": run_id})
+                now = await fetch_one(conn, dict_row, "SELECT extract(epoch FROM now()) AS at")
+            at = float(now["at"]) if now else 0.0
+            baseline = {"ended": counts["ended"], "failed": counts["failed"], "at": at}
+            await self.set_setting(run_id, "failures_baseline", baseline)
+            await self.set_setting(run_id, "error", None)
+            await self.set_setting(run_id, "status", "running")
         return await self.set_setting(run_id, "paused", False)
 
     async def delete_run(self, run_id: str) -> dict[str, int]:
