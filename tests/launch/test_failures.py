@@ -158,7 +158,11 @@ def test_the_summary_counts_failed_episodes_and_hints_commands_that_work_as_prin
     ("env", "args", "expected"),
     [
         (
-            {"ROLLOUT_DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none"},
+            # 0: not waited for (tests/ledger/test_ledger_connect_wait.py waits for one).
+            {
+                "ROLLOUT_DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none",
+                "ROLLOUT_DB_OUTAGE_S": "0",
+            },
             ["runs", "list"],
             "cannot reach the database (ROLLOUT_DATABASE_URL): connection failed",
         ),

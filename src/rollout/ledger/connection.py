@@ -33,7 +33,7 @@ from psycopg_pool import AsyncConnectionPool
 from rollout.ledger.adapters import register_dumpers
 from rollout.ledger.embedded import ledger_url
 from rollout.ledger.migrate import apply_migrations
-from rollout.ledger.retry import Outage, wrap_methods
+from rollout.ledger.retry import Outage, is_not_up_yet, run_retrying, wrap_methods
 from rollout.settings import get_settings
 
 Conn = AsyncConnection[DictRow]
@@ -119,6 +119,11 @@ class LedgerConnection:
     ) -> Self:
         """Connect (url, or ROLLOUT_DATABASE_URL, or the embedded Postgres under state_dir).
 
+        A database that is not up yet (connection refused, the server starting) is retried with
+        back-off for up to `ROLLOUT_DB_OUTAGE_S`, with one warning; then `DatabaseUnavailable`
+        ("cannot reach the database ...", one line). One that refuses the connection (a wrong
+        password or database name) fails at once.
+
         Args:
             url: A Postgres URL or connection string.
             state_dir: Where the embedded server lives when there is no URL (default
@@ -128,22 +133,41 @@ class LedgerConnection:
             migrate: Apply pending schema migrations first.
         """
         resolved = await asyncio.to_thread(ledger_url, url, state_dir=state_dir)
-        if migrate:
-            await apply_migrations(resolved)
-        outage = get_settings().db_outage_s
-        pool: Pool = AsyncConnectionPool(
-            resolved,
-            # A wait for a connection never outlasts the outage a call rides out.
-            timeout=min(30.0, outage) if outage > 0 else 30.0,
-            connection_class=Conn,
-            min_size=min_size,
-            max_size=max_size,
-            kwargs={"autocommit": True, "row_factory": dict_row},
-            open=False,
-            name="rollout-ledger",
-            configure=_configure,
-        )
-        await pool.open(wait=True, timeout=30.0)
+        settings = get_settings()
+        outage = settings.db_outage_s
+
+        async def open_pool() -> Pool:
+            if migrate:
+                await apply_migrations(resolved)
+            pool: Pool = AsyncConnectionPool(
+                resolved,
+                # A wait for a connection never outlasts the outage a call rides out.
+                timeout=min(30.0, outage) if outage > 0 else 30.0,
+                connection_class=Conn,
+                min_size=min_size,
+                max_size=max_size,
+                kwargs={"autocommit": True, "row_factory": dict_row},
+                open=False,
+                name="rollout-ledger",
+                configure=_configure,
+            )
+            try:
+                await pool.open(wait=True, timeout=30.0)
+            except BaseException:
+                await pool.close()
+                raise
+            return pool
+
+        # A database not up yet (a server still starting, a failover under way) is waited for
+        # as long as an outage is ridden out; one that refuses us is not.
+        if url is not None:
+            where = _where(resolved)
+        elif settings.database_url:
+            where = "ROLLOUT_DATABASE_URL"
+        else:
+            where = "the embedded database"
+        starting = Outage(outage, where=where, starting=True)
+        pool = await run_retrying(starting, open_pool, retryable=is_not_up_yet)
         return cls(pool, resolved)
 
     async def close(self) -> None:

@@ -93,16 +93,49 @@ def is_disconnect(error: BaseException) -> bool:
     return state is None or state.startswith("08") or state in _DISCONNECT_STATES
 
 
+# Start-up failures that waiting does not cure: the server answered and refused.
+_PERMANENT = (
+    "authentication failed",
+    "does not exist",
+    "no password supplied",
+    "no pg_hba.conf entry",
+    "invalid dsn",
+    "invalid connection option",
+)
+
+
+def is_not_up_yet(error: BaseException) -> bool:
+    """At start-up: whether `error` means the database is not there yet (worth waiting for),
+    not that it refused us (a wrong password, database or URL).
+
+    Example:
+        >>> import psycopg
+        >>> is_not_up_yet(psycopg.OperationalError("connection failed: Connection refused"))
+        True
+        >>> is_not_up_yet(psycopg.OperationalError('FATAL: database "x" does not exist'))
+        False
+    """
+    return is_disconnect(error) and not any(text in str(error) for text in _PERMANENT)
+
+
+def _first_line(error: BaseException) -> str:
+    return str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
+
+
 class Outage:
     """One process's view of the database being away: when it began, and the retry policy.
 
     Shared by every call of one `Ledger`, so the warning is logged once per outage and every
-    call gives up at the same time, `limit_s` after the first failure.
+    call gives up at the same time, `limit_s` after the first failure. With `starting`, the
+    outage is the database not being up yet when a process connects (`Ledger.connect`).
     """
 
-    def __init__(self, limit_s: float | None = None, *, where: str = "the database") -> None:
+    def __init__(
+        self, limit_s: float | None = None, *, where: str = "the database", starting: bool = False
+    ) -> None:
         self.limit_s = get_settings().db_outage_s if limit_s is None else limit_s
         self.where = where
+        self.starting = starting
         self.since: float | None = None
 
     def failed(self, error: BaseException) -> float:
@@ -110,13 +143,14 @@ class Outage:
         now = time.monotonic()
         if self.since is None:
             self.since = now
-            first = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
-            log.warning(
-                "database unreachable, retrying for up to %g s (%s: %s)",
-                self.limit_s,
-                self.where,
-                first,
-            )
+            if self.limit_s > 0:  # with no time to wait, the error alone says it
+                log.warning(
+                    "database %s, retrying for up to %g s (%s: %s)",
+                    "not reachable yet" if self.starting else "unreachable",
+                    self.limit_s,
+                    self.where,
+                    _first_line(error),
+                )
         return self.since + self.limit_s - now
 
     def succeeded(self) -> None:
@@ -125,7 +159,13 @@ class Outage:
             self.since = None
 
     def give_up(self, error: BaseException) -> DatabaseUnavailable:
-        first = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
+        first = _first_line(error)
+        if self.starting:
+            waited = f" (waited {self.limit_s:g} s; ROLLOUT_DB_OUTAGE_S sets how long)"
+            return DatabaseUnavailable(
+                f"cannot reach the database ({self.where}): {first}"
+                + (waited if self.limit_s > 0 else "")
+            )
         return DatabaseUnavailable(
             f"database unreachable for more than {self.limit_s:g} s ({self.where}): {first}; "
             "stopping (ROLLOUT_DB_OUTAGE_S sets how long to wait)"
@@ -136,19 +176,21 @@ async def run_retrying(
     outage: Outage,
     call: Callable[[], Awaitable[T]],
     on_disconnect: Callable[[], Awaitable[None]] | None = None,
+    *,
+    retryable: Callable[[BaseException], bool] = is_disconnect,
 ) -> T:
     """Run `call` until it does not fail with a disconnect, or the outage outlasts its limit.
 
-    `on_disconnect` runs after each disconnect (the pool drops its dead connections there).
-    Back-off: the first retry at once (a pooled connection may just be stale), then 0.1 s,
-    doubling up to 2 s.
+    `on_disconnect` runs after each disconnect (the pool drops its dead connections there);
+    `retryable` says which errors are disconnects. Back-off: the first retry at once (a pooled
+    connection may just be stale), then 0.1 s, doubling up to 2 s.
     """
     delay = 0.0
     while True:
         try:
             result = await call()
         except psycopg.OperationalError as error:
-            if not is_disconnect(error):
+            if not retryable(error):
                 raise
             left = outage.failed(error)
             if left <= 0:
