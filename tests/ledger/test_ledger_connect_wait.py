@@ -1,17 +1,16 @@
 """`Ledger.connect` waits for a database that is not up yet, then gives up in one line.
 
-The database comes up late for real: the test's Postgres is reached through a TCP forwarder on a
-free port that starts listening only a few seconds after `connect` began (until then the port
-refuses connections, as a server still starting or being failed over does).
+The database comes up late for real: the test's Postgres is reached through a TCP forwarder
+(tests/ledger/forwarder.py) that starts listening only a few seconds after `connect` began
+(until then its port refuses connections, as a server still starting or failing over does).
+The heartbeat rides an outage made the same way.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
 
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
@@ -19,68 +18,31 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from rollout.ledger import Ledger
 from rollout.ledger.retry import DatabaseUnavailable
 from rollout.net.server import free_port
+from tests.ledger.forwarder import Forwarder
 
 
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    with contextlib.suppress(ConnectionError, OSError):
-        while data := await reader.read(65536):
-            writer.write(data)
-            await writer.drain()
-    writer.close()
-
-
-@contextlib.asynccontextmanager
-async def _forwarder(target_url: str, port: int, after_s: float) -> AsyncIterator[None]:
-    """Forward 127.0.0.1:`port` to the server of `target_url`, listening after `after_s`."""
-    info = conninfo_to_dict(target_url)
-    host = str(info.get("host") or "localhost")
-    target_port = int(info.get("port") or 5432)
-
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if host.startswith("/"):  # a Unix socket folder
-            up_reader, up_writer = await asyncio.open_unix_connection(
-                f"{host}/.s.PGSQL.{target_port}"
-            )
-        else:
-            up_reader, up_writer = await asyncio.open_connection(host, target_port)
-        await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
-
-    servers: list[asyncio.Server] = []
-
-    async def start() -> None:
-        await asyncio.sleep(after_s)
-        servers.append(await asyncio.start_server(serve, "127.0.0.1", port))
-
-    starter = asyncio.create_task(start())
-    try:
-        yield
-    finally:
-        starter.cancel()
-        for server in servers:
-            server.close()
-
-
-def _through(database_url: str, port: int) -> str:
-    info = conninfo_to_dict(database_url)
-    info.update(host="127.0.0.1", port=str(port))
-    info.pop("hostaddr", None)
-    return make_conninfo("", **info)
+async def _start_later(forwarder: Forwarder, after_s: float) -> None:
+    await asyncio.sleep(after_s)
+    await forwarder.start()
 
 
 async def test_connect_waits_for_a_database_that_comes_up_a_few_seconds_later(
     database_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    port = free_port()
-    url = _through(database_url, port)
-    async with _forwarder(database_url, port, after_s=2.0):
-        began = time.monotonic()
+    forwarder = Forwarder(database_url)
+    starter = asyncio.create_task(_start_later(forwarder, 2.0))
+    began = time.monotonic()
+    try:
         with caplog.at_level(logging.WARNING, logger="rollout.ledger"):
-            ledger = await Ledger.connect(url, max_size=2)
+            ledger = await Ledger.connect(forwarder.url, max_size=2)
         waited = time.monotonic() - began
         try:
             assert await ledger.list_runs() == []  # a working ledger, migrations applied
         finally:
             await ledger.close()
+    finally:
+        await starter
+        await forwarder.stop()
     assert 1.9 <= waited < 15.0, waited
     lines = [record.getMessage() for record in caplog.records]
     assert len(lines) == 2, lines  # one warning when it begins, one when it ends
@@ -116,3 +78,32 @@ async def test_connect_does_not_wait_when_the_server_refuses_us(database_url: st
     with pytest.raises(Exception, match="does not exist"):
         await Ledger.connect(make_conninfo("", **info))
     assert time.monotonic() - began < 5.0  # answered at once, not waited on for 60 s
+
+
+async def test_the_heartbeat_logs_an_outage_once_when_it_begins_and_once_when_it_ends(
+    database_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A short pool wait, so that each beat during the outage fails (it used to log each one).
+    monkeypatch.setenv("ROLLOUT_DB_OUTAGE_S", "0.2")
+    forwarder = Forwarder(database_url)
+    await forwarder.start()
+    ledger = await Ledger.connect(forwarder.url, max_size=2)
+    try:
+        process_id = await ledger.start_heartbeat("tester", interval=0.1)
+        with caplog.at_level(logging.WARNING, logger="rollout.ledger"):
+            await forwarder.stop()
+            await asyncio.sleep(2.0)  # ~20 beats' time: each fails
+            await forwarder.start()
+            deadline = time.monotonic() + 10.0
+            while not any("reachable again" in r.getMessage() for r in caplog.records):
+                assert time.monotonic() < deadline, [r.getMessage() for r in caplog.records]
+                await asyncio.sleep(0.1)
+        lines = [record.getMessage() for record in caplog.records]
+        assert len(lines) == 2, lines
+        assert lines[0].startswith("database unreachable, retrying for up to 0.2 s")
+        assert lines[1].startswith("database reachable again after")
+        (beat,) = [p for p in await ledger.processes() if p.process_id == process_id]
+        assert beat.state == "running"  # beating again
+    finally:
+        await ledger.close()
+        await forwarder.stop()

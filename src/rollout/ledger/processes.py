@@ -6,7 +6,10 @@ stops it and marks the row stopped. `set_process_status` changes the short statu
 with the next beat. `processes` lists the rows with their age, judged by the database's clock:
 a row that never said it stopped and has not beaten for more than `STALE_BEATS` intervals is
 `dead` (killed, frozen, or its machine is gone).
-"""
+
+A beat lost to a database outage is not retried (the next one comes soon); the outage is logged
+once when it begins and once when it ends (the ledger's `Outage`, shared with the role's own
+calls), never once per beat."""
 
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ from psycopg.rows import class_row
 from rollout.ledger.connection import LedgerConnection, Pool, fetch_all
 from rollout.ledger.errors import InvalidInput
 from rollout.ledger.inputs import not_empty
+from rollout.ledger.retry import is_disconnect
 
 log = logging.getLogger("rollout.ledger.processes")
 
@@ -132,12 +136,24 @@ class ProcessesMixin(LedgerConnection):
 
     async def _beat_loop(self) -> None:
         assert self._beat is not None
+        failing: str | None = None  # the error last logged, so each is logged once
         while True:
             await asyncio.sleep(float(self._beat["interval_s"]))  # type: ignore[arg-type]
             try:
                 await self._write_beat()
             except Exception as error:  # a missed beat must not stop the role
-                log.warning("heartbeat not recorded (%s); retrying", error)
+                if is_disconnect(error):
+                    # The ledger's one outage: a line when it begins (shared with the role's
+                    # calls), a line when it ends; never one per beat.
+                    self._outage.failed(error)
+                    with contextlib.suppress(Exception):
+                        await self._after_disconnect()
+                elif str(error) != failing:
+                    failing = str(error)
+                    log.warning("heartbeat not recorded (%s); retrying", error)
+                continue
+            failing = None
+            self._outage.succeeded()
 
     async def processes(self, *, everything: bool = False) -> list[ProcessRecord]:
         """Every process that is running or recently died (`everything`: stopped ones and old

@@ -1,0 +1,62 @@
+"""A TCP forwarder to the test's Postgres that can be switched off and on: a real outage.
+
+While off, its port refuses connections and the connections it carried are cut, as when a
+database server restarts or fails over; the server itself (shared by the test session) is
+untouched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from rollout.net.server import free_port
+
+
+async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    with contextlib.suppress(ConnectionError, OSError):
+        while data := await reader.read(65536):
+            writer.write(data)
+            await writer.drain()
+    writer.close()
+
+
+class Forwarder:
+    """Forwards 127.0.0.1:`port` to the server of `target_url` while on; `url` reaches it."""
+
+    def __init__(self, target_url: str) -> None:
+        info = conninfo_to_dict(target_url)
+        self._host = str(info.get("host") or "localhost")
+        self._port = int(info.get("port") or 5432)
+        self.port = free_port()
+        info.update(host="127.0.0.1", port=str(self.port))
+        info.pop("hostaddr", None)
+        self.url = make_conninfo("", **info)
+        """The target database, reached through this forwarder."""
+        self._server: asyncio.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self._host.startswith("/"):  # a Unix socket folder
+            path = f"{self._host}/.s.PGSQL.{self._port}"
+            up_reader, up_writer = await asyncio.open_unix_connection(path)
+        else:
+            up_reader, up_writer = await asyncio.open_connection(self._host, self._port)
+        self._writers |= {writer, up_writer}
+        await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
+
+    async def start(self) -> None:
+        """Listen (again) on the same port."""
+        if self._server is None:
+            self._server = await asyncio.start_server(self._serve, "127.0.0.1", self.port)
+
+    async def stop(self) -> None:
+        """Refuse new connections and cut the ones carried."""
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+        for writer in self._writers:
+            writer.close()
+        self._writers.clear()
