@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections.abc import Awaitable, Callable
 from typing import Any, LiteralString, Self, TypeVar
 
 from psycopg import AsyncConnection
@@ -33,7 +34,7 @@ from psycopg_pool import AsyncConnectionPool
 from rollout.ledger.adapters import register_dumpers
 from rollout.ledger.embedded import ledger_url
 from rollout.ledger.migrate import apply_migrations
-from rollout.ledger.retry import Outage, is_not_up_yet, run_retrying, wrap_methods
+from rollout.ledger.retry import Outage, is_not_up_yet, retried, run_retrying, wrap_methods
 from rollout.settings import get_settings
 
 Conn = AsyncConnection[DictRow]
@@ -70,12 +71,14 @@ async def _configure(conn: AsyncConnection[Any]) -> None:
 
 
 class _QuietReconnects(logging.Filter):
-    """Drops the pool's warning per failed reconnect attempt and per dead connection: during
-    an outage the ledger logs one line instead (rollout.ledger.retry)."""
+    """Drops the pools' warning per failed reconnect attempt and per dead (closed or broken)
+    connection: during an outage the ledger logs one line instead (rollout.ledger.retry)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = str(record.msg)
-        return not message.startswith(("error connecting in", "discarding closed connection"))
+        return not message.startswith(
+            ("error connecting in", "discarding closed connection", "discarding broken connection")
+        )
 
 
 logging.getLogger("psycopg.pool").addFilter(_QuietReconnects())
@@ -106,6 +109,15 @@ class LedgerConnection:
     async def _after_disconnect(self) -> None:
         """Drop the pool's dead connections, so a retry does not take one of them."""
         await self._pool.check()
+
+    @retried
+    async def ride_out(self, call: Callable[[], Awaitable[Any]]) -> Any:
+        """Run `call` as a ledger call: rerun on a disconnect, sharing this ledger's outage.
+
+        For code that reaches the database on connections of its own (the monitor's read-only
+        pool): `call` must be safe to run again (a read, or an idempotent write).
+        """
+        return await call()
 
     @classmethod
     async def connect(

@@ -100,16 +100,18 @@ class MonitorStore:
         await self.ledger.close()
 
     async def fetch(self, query: LiteralString, params: Any = None) -> list[tuple[Any, ...]]:
-        """Rows of one read-only query."""
-        async with self._pool.connection() as conn:
-            cursor = await conn.execute(query, params)
-            return list(await cursor.fetchall())
+        """Rows of one read-only query (riding out a database outage like a ledger call)."""
+        return await self.fetch_sql(query, params)
 
     async def fetch_sql(self, query: Any, params: Any = None) -> list[tuple[Any, ...]]:
-        """Rows of one composed (`psycopg.sql`) read-only query."""
-        async with self._pool.connection() as conn:
-            cursor = await conn.execute(query, params)
-            return list(await cursor.fetchall())
+        """Rows of one composed (`psycopg.sql`) read-only query (riding out an outage)."""
+
+        async def read() -> list[tuple[Any, ...]]:
+            async with self._pool.connection() as conn:
+                cursor = await conn.execute(query, params)
+                return list(await cursor.fetchall())
+
+        return await self.ledger.ride_out(read)
 
     # ------------------------------------------------------------------------------------------
     # runs
