@@ -132,9 +132,9 @@ class LedgerConnection:
         """Connect (url, or ROLLOUT_DATABASE_URL, or the embedded Postgres under state_dir).
 
         A database that is not up yet (connection refused, the server starting) is retried with
-        back-off for up to `ROLLOUT_DB_OUTAGE_S`, with one warning; then `DatabaseUnavailable`
-        ("cannot reach the database ...", one line). One that refuses the connection (a wrong
-        password or database name) fails at once.
+        back-off for up to `ROLLOUT_DB_OUTAGE_S`, with one warning, as an outage is; then
+        `DatabaseUnavailable` in one line. One that refuses the connection (a wrong password or
+        database name) fails at once.
 
         Args:
             url: A Postgres URL or connection string.

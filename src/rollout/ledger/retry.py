@@ -127,7 +127,8 @@ class Outage:
 
     Shared by every call of one `Ledger`, so the warning is logged once per outage and every
     call gives up at the same time, `limit_s` after the first failure. With `starting`, the
-    outage is the database not being up yet when a process connects (`Ledger.connect`).
+    outage is the database not being up yet when a process connects (`Ledger.connect`): the
+    same lines, but with a limit of 0 (not waited for) the error just says it cannot reach it.
     """
 
     def __init__(
@@ -145,8 +146,7 @@ class Outage:
             self.since = now
             if self.limit_s > 0:  # with no time to wait, the error alone says it
                 log.warning(
-                    "database %s, retrying for up to %g s (%s: %s)",
-                    "not reachable yet" if self.starting else "unreachable",
+                    "database unreachable, retrying for up to %g s (%s: %s)",
                     self.limit_s,
                     self.where,
                     _first_line(error),
@@ -160,12 +160,8 @@ class Outage:
 
     def give_up(self, error: BaseException) -> DatabaseUnavailable:
         first = _first_line(error)
-        if self.starting:
-            waited = f" (waited {self.limit_s:g} s; ROLLOUT_DB_OUTAGE_S sets how long)"
-            return DatabaseUnavailable(
-                f"cannot reach the database ({self.where}): {first}"
-                + (waited if self.limit_s > 0 else "")
-            )
+        if self.starting and self.limit_s <= 0:  # not waited for: what happened, nothing more
+            return DatabaseUnavailable(f"cannot reach the database ({self.where}): {first}")
         return DatabaseUnavailable(
             f"database unreachable for more than {self.limit_s:g} s ({self.where}): {first}; "
             "stopping (ROLLOUT_DB_OUTAGE_S sets how long to wait)"
