@@ -125,3 +125,34 @@ def test_runs_list_show_and_resume_say_why_a_run_paused_itself(
     assert "uv run rollout up --run broken --until-finished" in out
     code, out, _ = rollout(capsys, "runs", "list")
     assert "paused:" not in out and "active" in out
+
+
+async def test_the_monitor_shows_why_a_run_paused_itself_and_resumes_it(
+    ledger: Ledger, tmp_path: Path
+) -> None:
+    import httpx
+
+    from rollout.monitor.app import create_app
+    from rollout.monitor.store import MonitorStore
+    from rollout.net.server import AppServer
+
+    run_id = await _new_run(ledger, tmp_path, "shown")
+    await _play(ledger, run_id, 0, failed=8, completed=0)
+    error = await check_failures(ledger, run_id)
+    assert error is not None
+    store = await MonitorStore.open(ledger.url)
+    server = AppServer(create_app(store))
+    await server.start()
+    try:
+        async with httpx.AsyncClient(base_url=server.url) as web:
+            status = (await web.get("/_/runs/shown/status")).text
+            assert "state-failed" in status and "8 of 8 episodes failed" in status
+            assert 'id="resume"' in status  # the Resume button clears the failure
+            assert (await web.get("/api/runs/shown")).json()["state"] == "failed"
+            resumed = await web.post("/api/runs/shown/resume", json={})
+            assert resumed.json()["state"] == "active"
+        assert (await ledger.settings(run_id))["status"] == "running"
+        assert await check_failures(ledger, run_id) is None
+    finally:
+        await server.stop()
+        await store.close()
