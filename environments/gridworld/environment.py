@@ -17,11 +17,9 @@ Two environments share the world:
 
 - `environment`: the `move` tool is offered (the chat template's tools block, ~400 characters
   of system prompt); goals 1-2 steps away, 3 moves each; for models that call tools.
-- `compact`: the smallest version, for tiny models: no tools block (a 15-token prompt), goals
-  next to their agents, one move each, the view the goal alone with its direction as a letter
-  (`goal 1r.`: parameter `mates=False`), the reply the tool's shortest form, a letter (`u`,
-  `d`, `l`, `r`). The agents still share the grid (a teammate blocks its cell) and the team
-  part of the reward.
+- `compact`: the smallest version, for tiny models: no tools block (a 30-token prompt),
+  directions written as letters (`mate -1,0. goal 1r.`), the reply the tool's shortest form, a
+  letter (`u`, `d`, `l`, `r`); goals next to their agents, one move each.
   `benchmarks/gridworld_learning.py` trains it on the cpu-tiny preset:
 
     uv run rollout env check gridworld.environment:environment
@@ -167,8 +165,7 @@ class Walk(Task):
 
     Parameters: `size` (grid side), `reach` (goals are 1 to `reach` steps from the start),
     `max_moves`, `layout` (the seed of the world, shared by the episodes of a group; default the
-    episode's seed), `tools` (offer the `move` tool in the prompt), `short` (directions as
-    letters), `mates` (show the teammates' offsets in the view), `team_wait` (seconds).
+    episode's seed), `tools` (offer the `move` tool in the prompt), `team_wait` (seconds).
     """
 
     def __init__(self, parameters: Mapping[str, Any]) -> None:
@@ -179,7 +176,6 @@ class Walk(Task):
         self.layout = parameters.get("layout")
         self.tools = bool(parameters.get("tools", True))
         self.short = bool(parameters.get("short", False))
-        self.mates = bool(parameters.get("mates", True))
         self.team_wait = float(parameters.get("team_wait", 30.0))
         self.channel: JsonLines | None = None
         self.moves = 0
@@ -203,7 +199,7 @@ class Walk(Task):
         return Observation(self._describe(view), tools=[MOVE] if self.tools else None)
 
     def _describe(self, view: Mapping[str, Any]) -> str:
-        return describe(view if self.mates else {**view, "mates": []}, short=self.short)
+        return describe(view, short=self.short)
 
     async def respond(self, run: RunContext, reply: Message) -> Observation:
         direction = _direction(reply)
@@ -278,36 +274,27 @@ TOOLS_SYSTEM = (
 )
 
 
-def _random_view(rng: random.Random, *, short: bool, mates: bool = True, reach: int = 4) -> str:
+def _random_view(rng: random.Random, *, short: bool) -> str:
     goal = [0, 0]
-    while goal == [0, 0] or abs(goal[0]) + abs(goal[1]) > reach:
-        goal = [rng.randint(-reach, reach), rng.randint(-reach, reach)]
-    mate = [[1, rng.randint(-2, 2), rng.randint(-2, 2)]] if mates else []
-    return describe({"goal": goal, "mates": mate, "heard": [], "at_goal": False}, short=short)
+    while goal == [0, 0]:
+        goal = [rng.randint(-2, 2), rng.randint(-2, 2)]
+    mate = [1, rng.randint(-2, 2), rng.randint(-2, 2)]
+    return describe({"goal": goal, "mates": [mate], "heard": [], "at_goal": False}, short=short)
 
 
-def _format_example(
-    rng: random.Random,
-    *,
-    tools: bool,
-    short: bool,
-    mates: bool = True,
-    turns: int = 3,
-    reach: int = 4,
-) -> tuple[list[Message], str]:
+def _format_example(rng: random.Random, *, tools: bool, short: bool) -> tuple[list[Message], str]:
     """Views and moves of the right shape in random directions (no task information): a first
-    turn, or a later one after random earlier moves (up to `turns` turns in all).
+    turn, or a later one after random earlier moves.
 
     The reply is the short form of the action (a direction word, or its letter), which a tiny
     model learns in a few warm-up steps; larger models call the `move` tool.
     """
     replies = tuple(SHORT) if short else DIRECTIONS
     messages = [Message.system(TOOLS_SYSTEM)] if tools else []
-    view = {"short": short, "mates": mates, "reach": reach}
-    for _ in range(rng.randint(0, turns - 1)):
-        messages.append(Message.user(_random_view(rng, **view)))
+    for _ in range(rng.randint(0, 2)):
+        messages.append(Message.user(_random_view(rng, short=short)))
         messages.append(Message.assistant(rng.choice(replies)))
-    messages.append(Message.user(_random_view(rng, **view)))
+    messages.append(Message.user(_random_view(rng, short=short)))
     return messages, rng.choice(replies)
 
 
@@ -317,9 +304,8 @@ def format_example(rng: random.Random) -> tuple[list[Message], str]:
 
 
 def compact_example(rng: random.Random) -> tuple[list[Message], str]:
-    """A warm-up example for `compact`: its one first turn (no tools block, no teammate in the
-    view, a goal next to the agent; a direction letter)."""
-    return _format_example(rng, tools=False, short=True, mates=False, turns=1, reach=1)
+    """A warm-up example for `compact` (no tools block; direction letters)."""
+    return _format_example(rng, tools=False, short=True)
 
 
 environment = SandboxedEnvironment(
@@ -339,9 +325,7 @@ compact = SandboxedEnvironment(
     task=Walk,
     # Goals next to their agent and one move each: one right answer for both agents (neither's
     # seats are easier than the other's) and the reward is that move's (a tiny model learns it).
-    # The view is the goal alone (`goal 1r.`): with the teammate's offset in front, the tiny
-    # model took longer to find the letter to copy than a 10-minute run allows.
-    parameters=Draw(tools=False, short=True, reach=1, max_moves=1, mates=False),
+    parameters=Draw(tools=False, short=True, reach=1, max_moves=1),
     agents=2,
     group_size=8,
     max_turns=6,

@@ -14,7 +14,6 @@ from gridworld.environment import (
     OWN_SHARE,
     SHORT,
     Draw,
-    Walk,
     compact,
     compact_example,
     describe,
@@ -95,18 +94,6 @@ def test_warmup_examples_carry_no_task_information(example: Any, replies: Any) -
 def test_compact_views_write_directions_as_letters() -> None:
     view = {"goal": [-1, 2], "mates": [[1, 1, 0]], "heard": [], "at_goal": False}
     assert describe(view, short=True) == "mate +1,0. goal 1l 2u."
-
-
-def test_compact_warmup_prompts_are_compact_views() -> None:
-    # `compact` shows the goal alone, one step away (the teammate is left out of the view so that
-    # the letter to copy is the view's only content); its warm-up prompts have that shape too.
-    task = Walk(compact.draw_parameters(0, seed=0))
-    view = {"goal": [1, 0], "mates": [[1, 0, 1]], "heard": [], "at_goal": False}
-    assert task._describe(view) == "goal 1r."
-    assert Walk({"short": True})._describe(view) == "mate 0,+1. goal 1r."
-    rng = random.Random(0)
-    prompts = {tuple(m.text for m in compact_example(rng)[0]) for _ in range(200)}
-    assert prompts == {(f"goal 1{letter}.",) for letter in SHORT}
 
 
 def _toward_goal(messages: Sequence[Message]) -> str:
