@@ -9,8 +9,9 @@ One backend process serves a paced scripted model (`--ttft-ms` before the first 
 `--token-ms` per token, standing in for model time) two ways: `POST /sample/stream` (token ids,
 what the gateway's `RemoteBackend` calls, as with a run's inference server) and an
 OpenAI-compatible streaming `POST /v1/chat/completions` (the same tokens as text chunks). Three
-runs, one after the other, on that same backend, each with `--clients` concurrent streaming Chat
-Completions clients playing growing conversations:
+paths on that same backend, measured in turn for `--rounds` rounds (so a change in the machine's
+load reaches all three), each with `--clients` concurrent streaming Chat Completions clients
+playing growing conversations (each read to its end, as SDKs do, so connections are reused):
 
 1. direct: the clients call the backend's own `/v1/chat/completions`.
 2. litellm: the clients call LiteLLM's proxy, which calls the backend's `/v1/chat/completions`.
@@ -174,16 +175,19 @@ async def run_clients(
                 ) as response:
                     if response.status_code != 200:
                         raise RuntimeError(f"{response.status_code}: {await response.aread()!r}")
+                    done: float | None = None
                     async for line in response.aiter_lines():
+                        if done is not None:
+                            continue  # read to the end, as SDKs do, so the connection is reused
                         if line == "data: [DONE]":
-                            break
-                        if line.startswith("data: "):
+                            done = time.perf_counter() - start
+                        elif line.startswith("data: "):
                             for choice in json.loads(line[6:]).get("choices", []):
                                 piece = (choice.get("delta") or {}).get("content") or ""
                                 if piece and first is None:
                                     first = time.perf_counter() - start
                                 text.append(piece)
-                latencies.append(time.perf_counter() - start)
+                latencies.append(done if done is not None else time.perf_counter() - start)
                 firsts.append(first if first is not None else latencies[-1])
                 messages += [
                     {"role": "assistant", "content": "".join(text)},
@@ -273,7 +277,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         children.append(backend)
         backend_port = ready.get(timeout=120)
         backend_url = f"http://127.0.0.1:{backend_port}"
-        seats = args.clients + WARMUP_SEATS
+        seats = args.clients * args.rounds + WARMUP_SEATS
         run = await ledger.create_run(f"bench-{os.getpid()}-{time.time_ns()}", "bench", {})
         await ledger.add_episodes(
             run.run_id,
@@ -298,14 +302,20 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             litellm = start_litellm(backend_port, port, state)
             await wait_ready(f"http://127.0.0.1:{port}/health/liveliness", litellm)
             targets["litellm"] = f"http://127.0.0.1:{port}/v1"
-        for name in ("direct", "litellm", "gateway"):
-            if name not in targets:
-                continue
-            # Seat keys for the gateway; LiteLLM wants its master key; the backend takes any.
-            use = keys if name == "gateway" else [MASTER_KEY] * seats
-            await run_clients(targets[name], use[args.clients :], WARMUP_CALLS, 0.0)  # warm-up
-            lat, first = await run_clients(targets[name], use[: args.clients], args.calls, stagger)
-            results[name] = summary(lat, first)
+        names = [name for name in ("direct", "litellm", "gateway") if name in targets]
+        # Seat keys for the gateway; LiteLLM wants its master key; the backend takes any.
+        uses = {name: keys if name == "gateway" else [MASTER_KEY] * seats for name in names}
+        for name in names:  # warm-up
+            await run_clients(targets[name], uses[name][-WARMUP_SEATS:], WARMUP_CALLS, 0.0)
+        # The paths take turns, round by round, so a change in the machine's load reaches all.
+        measured: dict[str, tuple[list[float], list[float]]] = {n: ([], []) for n in names}
+        for r in range(args.rounds):
+            for name in names:
+                use = uses[name][r * args.clients : (r + 1) * args.clients]
+                lat, first = await run_clients(targets[name], use, args.calls, stagger)
+                measured[name][0].extend(lat)
+                measured[name][1].extend(first)
+        results = {name: summary(*measured[name]) for name in names}
         recorded = -WARMUP_SEATS * WARMUP_CALLS  # the measured gateway turns only
         for ep in await ledger.list_episodes(run.run_id, limit=seats):
             recorded += len(ep.turns)
@@ -330,7 +340,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         row["added_ttft_p50_ms"] = round(row["ttft_p50_ms"] - direct["ttft_p50_ms"], 3)
     return {
         "clients": args.clients,
-        "calls_per_client": args.calls,
+        "calls_per_client": args.calls * args.rounds,
+        "rounds": args.rounds,
         "ttft_ms": args.ttft_ms,
         "token_ms": args.token_ms,
         "reply_tokens": n,
@@ -346,7 +357,10 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--clients", type=int, default=64)
-    parser.add_argument("--calls", type=int, default=6, help="calls per client")
+    parser.add_argument("--calls", type=int, default=6, help="calls per client and round")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="rounds; in each, every path is measured in turn"
+    )
     parser.add_argument("--ttft-ms", type=float, default=300.0, help="model time to 1st token")
     parser.add_argument("--token-ms", type=float, default=5.0, help="model time per next token")
     parser.add_argument("--pool", type=int, default=16, help="gateway's ledger connections")

@@ -247,62 +247,80 @@ async def stream_events(
         return sse.named_event(name, {"type": name, **payload})
 
     start = live.start
-    yield event(
-        "message_start",
-        {
-            "message": {
-                "id": message_id,
-                "type": "message",
-                "role": "assistant",
-                "model": req.model,
-                "content": [],
-                "stop_reason": None,
-                "stop_sequence": None,
-                "usage": {**_usage(None, 1), "input_tokens": start.prompt_tokens},
-            }
-        },
-    )
-    yield event("ping", {})
+    # Events ready at the same moment go out in one write (see chat_completions.stream_events).
+    ready = [
+        event(
+            "message_start",
+            {
+                "message": {
+                    "id": message_id,
+                    "type": "message",
+                    "role": "assistant",
+                    "model": req.model,
+                    "content": [],
+                    "stop_reason": None,
+                    "stop_sequence": None,
+                    "usage": {**_usage(None, 1), "input_tokens": start.prompt_tokens},
+                }
+            },
+        ),
+        event("ping", {}),
+    ]
     text_block = {"index": 0, "content_block": {"type": "text", "text": ""}}
     opened = False
     async for delta in live.deltas():
         if not opened:
-            yield event("content_block_start", text_block)
+            ready.append(event("content_block_start", text_block))
             opened = True
-        yield event(
-            "content_block_delta", {"index": 0, "delta": {"type": "text_delta", "text": delta.text}}
+        ready.append(
+            event(
+                "content_block_delta",
+                {"index": 0, "delta": {"type": "text_delta", "text": delta.text}},
+            )
         )
+        yield sse.join(ready)
+        ready = []
     result = live.result
     rest, _ = live.rest()
     if rest:
         if not opened:
-            yield event("content_block_start", text_block)
+            ready.append(event("content_block_start", text_block))
             opened = True
-        yield event(
-            "content_block_delta", {"index": 0, "delta": {"type": "text_delta", "text": rest}}
+        ready.append(
+            event(
+                "content_block_delta", {"index": 0, "delta": {"type": "text_delta", "text": rest}}
+            )
         )
     index = 0
     if opened:
-        yield event("content_block_stop", {"index": 0})
+        ready.append(event("content_block_stop", {"index": 0}))
         index = 1
     for call in result.reply.tool_calls:
         block = {"type": "tool_use", "id": call.id, "name": call.name, "input": {}}
-        yield event("content_block_start", {"index": index, "content_block": block})
+        ready.append(event("content_block_start", {"index": index, "content_block": block}))
         partial = json.dumps(call.parsed_arguments(), ensure_ascii=False)
-        yield event(
-            "content_block_delta",
-            {"index": index, "delta": {"type": "input_json_delta", "partial_json": partial}},
+        ready.append(
+            event(
+                "content_block_delta",
+                {"index": index, "delta": {"type": "input_json_delta", "partial_json": partial}},
+            )
         )
-        yield event("content_block_stop", {"index": index})
+        ready.append(event("content_block_stop", {"index": index}))
         index += 1
-    yield event(
-        "message_delta",
-        {
-            "delta": {"stop_reason": _stop_reason(result), "stop_sequence": result.stop_sequence},
-            "usage": {"output_tokens": result.completion_tokens},
-        },
+    ready.append(
+        event(
+            "message_delta",
+            {
+                "delta": {
+                    "stop_reason": _stop_reason(result),
+                    "stop_sequence": result.stop_sequence,
+                },
+                "usage": {"output_tokens": result.completion_tokens},
+            },
+        )
     )
-    yield event("message_stop", {})
+    ready.append(event("message_stop", {}))
+    yield sse.join(ready)
 
 
 def _error_event(err: GatewayError) -> bytes:

@@ -345,8 +345,11 @@ async def stream_events(
     start = _response_object(
         None, req, _Ids(response_id, message_id, ()), created, [], "in_progress"
     )
-    yield event("response.created", {"response": start})
-    yield event("response.in_progress", {"response": start})
+    # Events ready at the same moment go out in one write (see chat_completions.stream_events).
+    ready = [
+        event("response.created", {"response": start}),
+        event("response.in_progress", {"response": start}),
+    ]
     common = {"item_id": message_id, "output_index": 0, "content_index": 0}
     opened = False
 
@@ -368,13 +371,16 @@ async def stream_events(
 
     async for delta in live.deltas():
         if not opened:
-            for e in open_message():
-                yield e
+            ready.extend(open_message())
             opened = True
         logprobs = logprob_items(delta.tokens, range(len(delta.tokens))) if want else []
-        yield event(
-            "response.output_text.delta", {**common, "delta": delta.text, "logprobs": logprobs}
+        ready.append(
+            event(
+                "response.output_text.delta", {**common, "delta": delta.text, "logprobs": logprobs}
+            )
         )
+        yield sse.join(ready)
+        ready = []
     result = live.result
     ids = _Ids(
         response=response_id,
@@ -386,48 +392,58 @@ async def stream_events(
     index = 0
     if result.reply.text or not result.reply.tool_calls:
         if not opened:
-            for e in open_message():
-                yield e
+            ready.extend(open_message())
         rest, positions = live.rest()
         if rest:
             logprobs = logprob_items(result.tokens, positions) if want else []
-            yield event(
-                "response.output_text.delta", {**common, "delta": rest, "logprobs": logprobs}
+            ready.append(
+                event("response.output_text.delta", {**common, "delta": rest, "logprobs": logprobs})
             )
         item = final_output[0]
         part = item["content"][0]
-        yield event(
-            "response.output_text.done",
-            {**common, "text": result.reply.text, "logprobs": part.get("logprobs", [])},
+        ready.append(
+            event(
+                "response.output_text.done",
+                {**common, "text": result.reply.text, "logprobs": part.get("logprobs", [])},
+            )
         )
-        yield event("response.content_part.done", {**common, "part": part})
-        yield event("response.output_item.done", {"output_index": 0, "item": item})
+        ready.append(event("response.content_part.done", {**common, "part": part}))
+        ready.append(event("response.output_item.done", {"output_index": 0, "item": item}))
         index = 1
     for item in final_output[index:]:
-        yield event(
-            "response.output_item.added",
-            {"output_index": index, "item": {**item, "arguments": "", "status": "in_progress"}},
+        ready.append(
+            event(
+                "response.output_item.added",
+                {"output_index": index, "item": {**item, "arguments": "", "status": "in_progress"}},
+            )
         )
-        yield event(
-            "response.function_call_arguments.delta",
-            {"item_id": item["id"], "output_index": index, "delta": item["arguments"]},
+        ready.append(
+            event(
+                "response.function_call_arguments.delta",
+                {"item_id": item["id"], "output_index": index, "delta": item["arguments"]},
+            )
         )
-        yield event(
-            "response.function_call_arguments.done",
-            {
-                "item_id": item["id"],
-                "output_index": index,
-                "name": item["name"],
-                "arguments": item["arguments"],
-            },
+        ready.append(
+            event(
+                "response.function_call_arguments.done",
+                {
+                    "item_id": item["id"],
+                    "output_index": index,
+                    "name": item["name"],
+                    "arguments": item["arguments"],
+                },
+            )
         )
-        yield event("response.output_item.done", {"output_index": index, "item": item})
+        ready.append(event("response.output_item.done", {"output_index": index, "item": item}))
         index += 1
     final = _response_object(result, req, ids, result.created, final_output, status)
-    yield event(
-        "response.completed" if status == "completed" else "response.incomplete",
-        {"response": final},
+    ready.append(
+        event(
+            "response.completed" if status == "completed" else "response.incomplete",
+            {"response": final},
+        )
     )
+    yield sse.join(ready)
 
 
 def _error_event(err: GatewayError) -> bytes:
