@@ -6,8 +6,8 @@ view (`mate -1,0. goal 1r.`), answers with a direction letter and moves once; it
 if the move brought it closer to its goal (-0.35 for a reply that is no move) plus 0.3 if both
 agents reached their goals. Chance is about 0.19. The recipe: the default character alphabet
 (the view has letters) with a larger vocabulary, a 30-step format-only warm-up (random letters),
-then group-relative policy gradient with 16 groups of 4 episodes (8 agents, one layout per group)
-per step.
+then group-relative policy gradient with 8 groups of 8 episodes (16 agents' views x 8 samples)
+per step at lr 3e-3 with gradient clipping at 1.0.
 
 The baseline is the same run's first steps: for each seed the benchmark prints the mean reward
 of the first and last `--window` steps with their standard errors, and the share of moves that
@@ -15,9 +15,22 @@ went toward the goal by sampling checkpoint (the task alone: chance 0.25; the re
 when replies that are no move, common right after the warm-up, die out). `--out` writes the
 per-step curve (a JSON file, and a CSV next to it) for a plot.
 
-Run: `uv run python benchmarks/gridworld_learning.py --out /tmp/gridworld.json` (about 10-15
-minutes per seed on a loaded 2-core CPU; `--seeds`, `--steps`, `--env`, `--set KEY=VALUE` pass
-through to `rollout train`).
+`--in-process` asks the question first: is the direction choice learnable by this model at all?
+It trains on the exact text `compact` produces (chat template, warm-up, one move, reward 1 for a
+move toward the goal) with the training pieces in one process (no sandbox, ledger or lag), at
+about 0.2 s a step. It is, but late and at a seed-dependent step: the share of right moves sits
+at chance (0.25) and then rises within ~30 steps to 0.6-0.9 (a plateau, then an escape: the
+model must learn to attend to the goal's letter and copy it). With this recipe the rise began at
+step ~50 and ~75 for seeds 1 and 0 and not within 100 steps for seed 2; with one step of
+sampling lag (the platform's `max_lag: 1`) not within 70-100 steps for seeds 0 and 1; with the
+teammate left out of the view (`goal 1r.`) not within 100-120 steps for 4 runs; at lr 2e-3 not
+within 160; at 5e-3 it collapsed. A platform step (64 episodes in sandboxes) takes 4-11 s here
+under load, so 120 steps do not cover the plateau reliably.
+
+Run: `uv run python benchmarks/gridworld_learning.py --out /tmp/gridworld.json` (about 8 minutes
+per 120 steps at load ~9; `--seeds`, `--steps`, `--env`, `--set KEY=VALUE` pass through to
+`rollout train`); `uv run python benchmarks/gridworld_learning.py --in-process --seeds 3`
+(about a minute per seed).
 """
 
 from __future__ import annotations
@@ -46,9 +59,10 @@ OVERRIDES = [
     # 1e-3, the preset's, leave it answering gibberish: every reward 0).
     "warmup_steps=30",
     "warmup_learning_rate=0.003",
-    # Small groups, many of them, and a larger step than parity's: the most steps in a few minutes.
-    "group_size=4",
+    # A larger step than parity's, clipped (5e-3 collapsed in process), and 8 samples per view.
+    "group_size=8",
     "learning_rate=0.003",
+    "grad_clip=1.0",
 ]
 
 
@@ -90,6 +104,103 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
         "closer_first_mean": _mean(closer[: args.window]),
         "closer_last_mean": _mean(closer[-args.window :]),
         "state_dir": str(state),
+    }
+
+
+def in_process(args: argparse.Namespace, seed: int) -> dict[str, Any]:
+    """The direction choice alone, in one process: is it learnable by this model at all?
+
+    The exact text `compact` produces (`mate +1,-2. goal 1r.` through the chat template), one
+    move, reward 1 for the move toward the goal, 0 for another move, -0.5 for a reply that is
+    no move; the cpu-tiny model (vocab 160, default alphabet), `compact`'s warm-up, then
+    group-relative policy gradient with 2 x `--groups` views (a platform group has two agents)
+    x `--samples` samples per step. No sandbox, ledger, lag or team part.
+    """
+    import random
+
+    import torch
+    from gridworld.environment import SHORT, compact_example, describe
+
+    from rollout.contracts import Message, Turn
+    from rollout.models import init_model
+    from rollout.rendering import HFRenderer
+    from rollout.training.advantages import group_advantages
+    from rollout.training.loss import LossConfig
+    from rollout.training.providers.base import TrainBatch
+    from rollout.training.providers.torch import TorchProvider
+    from rollout.training.sampler import sample_batch
+    from rollout.training.segments import build_segments
+    from rollout.training.warmup import warmup_segments
+
+    torch.manual_seed(seed)
+    torch.set_num_threads(1)
+    rng = random.Random(seed)
+    began = time.monotonic()
+    folder = init_model(
+        tempfile.mkdtemp(prefix="gridworld-model-"),
+        **{"arch": "qwen3", "hidden": 64, "layers": 2, "heads": 4, "kv_heads": 2},
+        **{"vocab_size": 160, "tokenizer": "chars", "alphabet": None, "seed": seed},
+    )
+    renderer = HFRenderer(folder)
+    stop = renderer.stop_token_ids[0]
+    goals = {"u": [0, 1], "d": [0, -1], "l": [-1, 0], "r": [1, 0]}
+    provider = TorchProvider(
+        folder, lora_rank=None, lr=args.warmup_lr, weight_decay=0.0, grad_clip=args.grad_clip,
+        device="cpu", seed=seed, compute_entropy=False,
+    )  # fmt: skip
+    for _ in range(args.warmup):
+        examples = [compact_example(rng) for _ in range(128)]
+        batch = TrainBatch(tuple(warmup_segments(renderer, examples)), LossConfig("supervised"))
+        provider.forward_backward(batch)
+        provider.optim_step()
+    provider.lr = args.lr
+    generator = torch.Generator().manual_seed(seed)
+    closer: list[float] = []
+    for step in range(args.steps):
+        views = []
+        for _ in range(2 * args.groups):
+            letter = rng.choice(tuple(SHORT))
+            mate = [1, rng.randint(-2, 2), rng.randint(-2, 2)]
+            view = {"goal": goals[letter], "mates": [mate], "heard": [], "at_goal": False}
+            views.append((renderer.render([Message.user(describe(view, short=True))]), letter))
+        prompts = [tuple(p) for p, _ in views for _ in range(args.samples)]
+        samples = sample_batch(
+            provider.model, prompts, max_new_tokens=4, stop_token_ids=[stop],
+            pad_token_id=stop, temperature=1.0, generator=generator,
+        )  # fmt: skip
+        rewards = []
+        for i, sample in enumerate(samples):
+            text = renderer.decode([t for t in sample.tokens if t != stop]).strip()
+            right = text == views[i // args.samples][1]
+            rewards.append(1.0 if right else 0.0 if text in SHORT else -0.5)
+        segments = []
+        for g in range(2 * args.groups):
+            members = range(g * args.samples, (g + 1) * args.samples)
+            advantages = group_advantages([rewards[i] for i in members])
+            for i, advantage in zip(members, advantages, strict=True):
+                if not advantage:
+                    continue
+                turn = Turn(
+                    episode_id=f"{step}-{i}", agent=0, attempt=0, index=0,
+                    prompt_tokens=prompts[i], completion_tokens=samples[i].tokens,
+                    logprobs=samples[i].logprobs, version=provider.step,
+                    stop_reason=samples[i].stop_reason,
+                )  # fmt: skip
+                segments.extend(build_segments([turn], advantage, stop_token_ids=[stop]))
+        if segments:
+            provider.forward_backward(TrainBatch(segments=tuple(segments), loss=LossConfig()))
+            provider.optim_step()
+        closer.append(sum(r == 1.0 for r in rewards) / len(rewards))
+    first, last = closer[: args.window], closer[-args.window :]
+    return {
+        "seed": seed,
+        "steps": len(closer),
+        "seconds": round(time.monotonic() - began, 1),
+        "closer": [round(c, 3) for c in closer],
+        "first_mean": _mean(first),
+        "first_sem": _sem(first),
+        "last_mean": _mean(last),
+        "last_sem": _sem(last),
     }
 
 
@@ -159,13 +270,35 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--env", default="gridworld.environment:compact")
     parser.add_argument("--steps", type=int, default=120)
-    parser.add_argument("--groups", type=int, default=16, help="groups per step")
+    parser.add_argument("--groups", type=int, default=8, help="groups per step")
     parser.add_argument("--window", type=int, default=10)
     parser.add_argument("--seeds", type=int, default=1, help="seeds 0..N-1, one run each")
     parser.add_argument("--seed-offset", type=int, default=0)
     parser.add_argument("--out", default=None, help="write the curve here (JSON, and .csv)")
     parser.add_argument("--set", action="append", default=[], dest="overrides")
+    parser.add_argument(
+        "--in-process",
+        action="store_true",
+        help="the direction choice alone, in one process (no platform): is it learnable?",
+    )
+    parser.add_argument("--samples", type=int, default=8, help="--in-process: per prompt")
+    parser.add_argument("--lr", type=float, default=3e-3, help="--in-process")
+    parser.add_argument("--warmup", type=int, default=30, help="--in-process: warm-up steps")
+    parser.add_argument("--warmup-lr", type=float, default=3e-3, help="--in-process")
+    parser.add_argument("--grad-clip", type=float, default=1.0, help="--in-process")
     args = parser.parse_args()
+    if args.in_process:
+        for seed in range(args.seed_offset, args.seed_offset + args.seeds):
+            run = in_process(args, seed)
+            print(
+                f"in-process seed {seed}: {run['steps']} steps in {run['seconds']:.0f} s; moves "
+                f"toward the goal first {args.window} {run['first_mean']:.3f} +- "
+                f"{run['first_sem']:.3f}, last {args.window} {run['last_mean']:.3f} +- "
+                f"{run['last_sem']:.3f}",
+                flush=True,
+            )
+            print("  per step: " + " ".join(f"{c:.2f}" for c in run["closer"]), flush=True)
+        return
     runs = []
     for seed in range(args.seed_offset, args.seed_offset + args.seeds):
         run = run_seed(args, seed)
