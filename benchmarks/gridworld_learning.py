@@ -21,11 +21,12 @@ move toward the goal) with the training pieces in one process (no sandbox, ledge
 about 0.2 s a step. It is, but late and at a seed-dependent step: the share of right moves sits
 at chance (0.25) and then rises within ~30 steps to 0.6-0.9 (a plateau, then an escape: the
 model must learn to attend to the goal's letter and copy it). With this recipe the rise began at
-step ~50 and ~75 for seeds 1 and 0 and not within 100 steps for seed 2; with one step of
-sampling lag (the platform's `max_lag: 1`) not within 70-100 steps for seeds 0 and 1; with the
-teammate left out of the view (`goal 1r.`) not within 100-120 steps for 4 runs; at lr 2e-3 not
-within 160; at 5e-3 it collapsed. A platform step (64 episodes in sandboxes) takes 4-11 s here
-under load, so 120 steps do not cover the plateau reliably.
+step ~50-55 and ~75 for seeds 1 and 0 (seed 1: 0.232 +- 0.011 -> 0.752 +- 0.053, first vs last
+10 of 100 steps) and at ~95 for seed 2; with one step of sampling lag (the platform's
+`max_lag: 1`) not within 100 steps for seeds 0 and 1 (`--set max_lag=0` may help the platform);
+with the teammate left out of the view (`goal 1r.`) not within 100-120 steps in 4 runs; at lr
+2e-3 not within 160; at 5e-3 it collapsed. A platform step (64 episodes in sandboxes) takes
+4-16 s here under load, so 120 steps do not cover the plateau reliably.
 
 Run: `uv run python benchmarks/gridworld_learning.py --out /tmp/gridworld.json` (about 8 minutes
 per 120 steps at load ~9; `--seeds`, `--steps`, `--env`, `--set KEY=VALUE` pass through to
