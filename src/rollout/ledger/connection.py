@@ -66,8 +66,20 @@ async def fetch_all(
         return await cursor.fetchall()
 
 
+IDLE_IN_TRANSACTION_S = 60
+"""Postgres ends a pooled session that sits this long inside an open transaction.
+
+Every ledger transaction is a few statements with no other work inside, so only a frozen
+process (SIGSTOP, a stalled VM) leaves one open; its row locks would otherwise stall everyone
+else, for example a new trainer taking over the lease of a paused one."""
+
+
 async def _configure(conn: AsyncConnection[Any]) -> None:
     register_dumpers(conn)
+    await conn.execute(
+        "SELECT set_config('idle_in_transaction_session_timeout', %s, false)",
+        (f"{IDLE_IN_TRANSACTION_S}s",),
+    )
 
 
 class _QuietReconnects(logging.Filter):

@@ -40,6 +40,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, ParamSpec, TypeVar
 
 import psycopg
+from psycopg.errors import IdleInTransactionSessionTimeout
 from psycopg_pool import PoolClosed, TooManyRequests
 
 from rollout.ledger.errors import LedgerError
@@ -84,6 +85,8 @@ class DatabaseUnavailable(LedgerError):
 
 def is_disconnect(error: BaseException) -> bool:
     """Whether `error` means the connection (or the server) went away, not a bad statement."""
+    if isinstance(error, IdleInTransactionSessionTimeout):
+        return True  # the server ended a frozen session (its transaction rolled back)
     if not isinstance(error, psycopg.OperationalError):
         return False
     if isinstance(error, PoolClosed | TooManyRequests):  # this process's doing, not the server's
@@ -185,7 +188,7 @@ async def run_retrying(
     while True:
         try:
             result = await call()
-        except psycopg.OperationalError as error:
+        except (psycopg.OperationalError, IdleInTransactionSessionTimeout) as error:
             if not retryable(error):
                 raise
             left = outage.failed(error)
