@@ -45,10 +45,11 @@ def _descendants(root: int) -> set[int]:
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads processes from /proc")
 def test_kill_9_of_train_stops_every_role(database_url: str, tmp_path: Path) -> None:
     env = dict(os.environ, ROLLOUT_DATABASE_URL=database_url, ROLLOUT_STATE_DIR=str(tmp_path))
+    # More steps than it can reach before the kill (a quiet machine trains 200 in about a minute).
     train = subprocess.Popen(
         [
             sys.executable, "-m", "rollout.cli", "train", "parity.environment:environment",
-            "--preset", "cpu-tiny", "--steps", "200", "--set", "groups_per_step=4",
+            "--preset", "cpu-tiny", "--steps", "100000", "--set", "groups_per_step=4",
             "--set", "stop_at_reward=2", "--name", "orphaned", "--json",
         ],
         stdout=subprocess.DEVNULL,
