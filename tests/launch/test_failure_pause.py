@@ -11,32 +11,11 @@ import pytest
 
 from rollout.launch.failures import check_failures
 from rollout.launch.local import LocalSupervisor
-from rollout.launch.new_run import create_run, training_config
 from rollout.ledger import EpisodeSpec, Ledger
 from rollout.monitor.queries import run_summaries
 from rollout.settings import get_settings
 from tests.cli_helpers import rollout
-
-BROKEN = "tests.launch.broken_env:environment"
-
-
-async def _play(ledger: Ledger, run_id: str, group: int, failed: int, completed: int) -> None:
-    """Add a group of `failed + completed` episodes and play each: the first `failed` fail."""
-    specs = [EpisodeSpec(group, m, {"number": "12"}, seed=m) for m in range(failed + completed)]
-    await ledger.add_episodes(run_id, specs)
-    for index in range(failed + completed):
-        claim = await ledger.claim_seat("test-runner", run_id=run_id)
-        assert claim is not None
-        if index < failed:
-            error = f"Broken.start raised RuntimeError: group {group} number {index}\nTraceback"
-            await ledger.end_seat(claim, reward=0.0, status="failed", error=error)
-        else:
-            await ledger.end_seat(claim, reward=1.0)
-
-
-async def _new_run(ledger: Ledger, tmp_path: Path, name: str) -> str:
-    config = training_config("cpu-tiny", [], steps=3, max_lag=1)
-    return (await create_run(ledger, BROKEN, config, tmp_path, name)).run_id
+from tests.launch.failed_runs import new_run, play
 
 
 async def _wanted(ledger: Ledger, run_id: str) -> bool:
@@ -47,8 +26,8 @@ async def _wanted(ledger: Ledger, run_id: str) -> bool:
 async def test_a_failing_run_pauses_itself_and_resume_continues_it_judged_afresh(
     ledger: Ledger, tmp_path: Path
 ) -> None:
-    run_id = await _new_run(ledger, tmp_path, "flaky")
-    await _play(ledger, run_id, 0, failed=9, completed=1)
+    run_id = await new_run(ledger, tmp_path, "flaky")
+    await play(ledger, run_id, 0, failed=9, completed=1)
     error = await check_failures(ledger, run_id)
     assert error is not None and "9 of 10 episodes failed" in error
     assert "the first error: Broken.start raised RuntimeError: group 0 number 0;" in error
@@ -80,11 +59,11 @@ async def test_a_failing_run_pauses_itself_and_resume_continues_it_judged_afresh
     claim = await ledger.claim_seat("test-runner", run_id=run_id)
     assert claim is not None  # seats are handed out again
     await ledger.end_seat(claim, reward=1.0)
-    await _play(ledger, run_id, 2, failed=3, completed=5)  # 3 of 9 since: under 0.5
+    await play(ledger, run_id, 2, failed=3, completed=5)  # 3 of 9 since: under 0.5
     assert await check_failures(ledger, run_id) is None
 
     # Still broken: it pauses again, judged on the episodes since the resume only.
-    await _play(ledger, run_id, 3, failed=8, completed=0)
+    await play(ledger, run_id, 3, failed=8, completed=0)
     error = await check_failures(ledger, run_id)
     assert error is not None and "11 of 17 episodes failed since the last resume" in error
     assert "the first error: Broken.start raised RuntimeError: group 2 number 0;" in error
@@ -104,8 +83,8 @@ def test_runs_list_show_and_resume_say_why_a_run_paused_itself(
 
     async def fail() -> str:
         async with await Ledger.connect(database_url) as ledger:
-            run_id = await _new_run(ledger, tmp_path, "broken")
-            await _play(ledger, run_id, 0, failed=8, completed=0)
+            run_id = await new_run(ledger, tmp_path, "broken")
+            await play(ledger, run_id, 0, failed=8, completed=0)
             error = await check_failures(ledger, run_id)
             assert error is not None
             return error
@@ -136,8 +115,8 @@ async def test_the_monitor_shows_why_a_run_paused_itself_and_resumes_it(
     from rollout.monitor.store import MonitorStore
     from rollout.net.server import AppServer
 
-    run_id = await _new_run(ledger, tmp_path, "shown")
-    await _play(ledger, run_id, 0, failed=8, completed=0)
+    run_id = await new_run(ledger, tmp_path, "shown")
+    await play(ledger, run_id, 0, failed=8, completed=0)
     error = await check_failures(ledger, run_id)
     assert error is not None
     store = await MonitorStore.open(ledger.url)

@@ -18,14 +18,13 @@ from rich.console import Console
 from rollout.errors import RolloutError
 from rollout.launch.failures import check_failures
 from rollout.launch.local import LocalSupervisor
-from rollout.launch.new_run import create_run, training_config
 from rollout.launch.progress import TrainingProgress, watch_training
 from rollout.launch.summary import print_summary
 from rollout.ledger import EpisodeSpec, Ledger
 from rollout.settings import get_settings
+from tests.launch.failed_runs import BROKEN, new_run, play
 
 ROOT = Path(__file__).resolve().parents[2]
-BROKEN = "tests.launch.broken_env:environment"
 
 
 def _rollout(database_url: str, state: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -60,44 +59,26 @@ def test_run_of_a_broken_environment_exits_non_zero(database_url: str, tmp_path:
     assert "failed" in result.stdout and "the broken task cannot start" in result.stdout
 
 
-async def _failed_episodes(ledger: Ledger, run_id: str, failed: int, completed: int) -> None:
-    specs = [EpisodeSpec(0, member, {"number": "12"}, seed=member) for member in range(16)]
-    await ledger.add_episodes(run_id, specs[: failed + completed])
-    for index in range(failed + completed):
-        claim = await ledger.claim_seat("test-runner", run_id=run_id)
-        assert claim is not None
-        if index < failed:
-            error = f"Broken.start raised RuntimeError: number {index}\nTraceback ..."
-            await ledger.end_seat(claim, reward=0.0, status="failed", error=error)
-        else:
-            await ledger.end_seat(claim, reward=1.0)
-
-
-async def _run(ledger: Ledger, tmp_path: Path, name: str) -> str:
-    config = training_config("cpu-tiny", [], steps=3, max_lag=1)
-    return (await create_run(ledger, BROKEN, config, tmp_path, name)).run_id
-
-
 async def test_a_run_past_the_failure_threshold_is_marked_failed_with_the_first_error(
     ledger: Ledger, tmp_path: Path
 ) -> None:
-    healthy = await _run(ledger, tmp_path, "healthy")
-    await _failed_episodes(ledger, healthy, failed=4, completed=6)
+    healthy = await new_run(ledger, tmp_path, "healthy")
+    await play(ledger, healthy, 0, failed=4, completed=6)
     assert await check_failures(ledger, healthy) is None  # 4 of 10: under the default 0.5
 
-    broken = await _run(ledger, tmp_path, "broken")
-    await _failed_episodes(ledger, broken, failed=9, completed=1)
+    broken = await new_run(ledger, tmp_path, "broken")
+    await play(ledger, broken, 0, failed=9, completed=1)
     error = await check_failures(ledger, broken)
     assert error is not None and "9 of 10 episodes failed" in error
-    assert "the first error: Broken.start raised RuntimeError: number 0" in error
+    assert "the first error: Broken.start raised RuntimeError: group 0 number 0" in error
     assert "Traceback" not in error  # one line
     settings = await ledger.settings(broken)
     assert settings["status"] == "failed" and settings["error"] == error
 
     # The threshold is a run setting: 1.0 turns it off.
-    tolerant = await _run(ledger, tmp_path, "tolerant")
+    tolerant = await new_run(ledger, tmp_path, "tolerant")
     await ledger.set_setting(tolerant, "max_failure_fraction", 1.0)
-    await _failed_episodes(ledger, tolerant, failed=10, completed=0)
+    await play(ledger, tolerant, 0, failed=10, completed=0)
     assert await check_failures(ledger, tolerant) is None
 
     # `rollout train`'s progress shows the failed count and ends with the run's error.
@@ -112,9 +93,9 @@ async def test_a_run_past_the_failure_threshold_is_marked_failed_with_the_first_
 async def test_the_supervisor_skips_failed_and_stopped_runs_unless_named(
     ledger: Ledger, tmp_path: Path
 ) -> None:
-    broken = await _run(ledger, tmp_path, "broken")
-    await _failed_episodes(ledger, broken, failed=10, completed=0)
-    stopped = await _run(ledger, tmp_path, "stopped")
+    broken = await new_run(ledger, tmp_path, "broken")
+    await play(ledger, broken, 0, failed=10, completed=0)
+    stopped = await new_run(ledger, tmp_path, "stopped")
     await ledger.set_setting(stopped, "status", "stopped")
     supervisor = LocalSupervisor(ledger, get_settings())
     for run_id in (broken, stopped):
@@ -214,13 +195,13 @@ async def test_episodes_list_marks_failed_episodes_and_lists_the_latest_ended_fi
 ) -> None:
     from rollout.monitor.queries import episode_rows, run_summaries
 
-    run_id = await _run(ledger, tmp_path, "listed")
-    await _failed_episodes(ledger, run_id, failed=2, completed=1)
+    run_id = await new_run(ledger, tmp_path, "listed")
+    await play(ledger, run_id, 0, failed=2, completed=1)
     never = [EpisodeSpec(1, member, {"number": "7"}, seed=member) for member in range(3)]
     await ledger.add_episodes(run_id, never)  # added last, never played
     rows = await episode_rows(ledger, run_id, 4)
     assert [row["state"] for row in rows] == ["ended", "failed", "failed", "pending"]
-    assert rows[1]["error"] == "Broken.start raised RuntimeError: number 1"
+    assert rows[1]["error"] == "Broken.start raised RuntimeError: group 0 number 1"
 
     listed = _rollout(database_url, tmp_path, "episodes", "list", "listed", "--limit", "4")
     assert listed.returncode == 0, listed.stderr
@@ -239,7 +220,7 @@ async def test_episodes_list_marks_failed_episodes_and_lists_the_latest_ended_fi
 
 
 async def test_progress_says_paused(ledger: Ledger, tmp_path: Path) -> None:
-    run_id = await _run(ledger, tmp_path, "paused")
+    run_id = await new_run(ledger, tmp_path, "paused")
     await ledger.pause_run(run_id)
     out = io.StringIO()
     with pytest.raises(RolloutError, match="gone"):
