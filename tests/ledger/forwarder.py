@@ -47,6 +47,11 @@ class Forwarder:
         self._writers |= {writer, up_writer}
         await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
 
+    async def start_after(self, seconds: float) -> None:
+        """Start listening `seconds` from now (the database "comes back")."""
+        await asyncio.sleep(seconds)
+        await self.start()
+
     async def start(self) -> None:
         """Listen (again) on the same port."""
         if self._server is None:

@@ -21,16 +21,11 @@ from rollout.net.server import free_port
 from tests.ledger.forwarder import Forwarder
 
 
-async def _start_later(forwarder: Forwarder, after_s: float) -> None:
-    await asyncio.sleep(after_s)
-    await forwarder.start()
-
-
 async def test_connect_waits_for_a_database_that_comes_up_a_few_seconds_later(
     database_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     forwarder = Forwarder(database_url)
-    starter = asyncio.create_task(_start_later(forwarder, 2.0))
+    starter = asyncio.create_task(forwarder.start_after(2.0))
     began = time.monotonic()
     try:
         with caplog.at_level(logging.WARNING, logger="rollout.ledger"):

@@ -15,11 +15,6 @@ from rollout.monitor.store import MonitorStore
 from tests.ledger.forwarder import Forwarder
 
 
-async def _back_after(forwarder: Forwarder, seconds: float) -> None:
-    await asyncio.sleep(seconds)
-    await forwarder.start()
-
-
 async def test_the_monitors_reads_ride_out_an_outage(
     database_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -29,7 +24,7 @@ async def test_the_monitors_reads_ride_out_an_outage(
     try:
         assert await store.fetch("SELECT 1") == [(1,)]
         await forwarder.stop()  # its pooled connections are cut, new ones refused
-        back = asyncio.create_task(_back_after(forwarder, 1.0))
+        back = asyncio.create_task(forwarder.start_after(1.0))
         began = time.monotonic()
         with caplog.at_level(logging.WARNING, logger="rollout.ledger"):
             assert await store.fetch("SELECT 2") == [(2,)]
