@@ -320,7 +320,7 @@ async def stream_events(
         )
     )
     ready.append(event("message_stop", {}))
-    yield sse.join(ready)
+    yield sse.final(ready)
 
 
 def _error_event(err: GatewayError) -> bytes:

@@ -443,7 +443,7 @@ async def stream_events(
             {"response": final},
         )
     )
-    yield sse.join(ready)
+    yield sse.final(ready)
 
 
 def _error_event(err: GatewayError) -> bytes:
