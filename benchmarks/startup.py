@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from rollout.ledger import ledger_url
     from rollout.ledger.embedded import stop_embedded
-    from rollout.models.tiny import default_tokenizer_dir
+    from rollout.models.default_tokenizer import default_tokenizer_dir
 
     tokenizer_dir = default_tokenizer_dir()  # the user's cached one
     work = Path(tempfile.mkdtemp(prefix="rollout-startup-"))

@@ -1,4 +1,5 @@
-"""The gateway and runner roles start without torch or transformers (seconds of imports)."""
+"""The gateway and runner roles, and `rollout run` against the scripted model, start without
+torch or transformers' model code (seconds of imports)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import sys
 
 import pytest
 
-from rollout.models.tiny import default_tokenizer_dir
+from rollout.models.default_tokenizer import default_tokenizer_dir
 
 # What `rollout gateway` and `rollout runner` import, and what the gateway builds (its renderer).
 PROGRAM = """
@@ -22,9 +23,14 @@ from rollout.inference.remote import RemoteBackend
 from rollout.net.server import AppServer
 from rollout.rendering import HFRenderer
 from rollout.runners.runner import Runner
+import rollout.launch.model_folder  # `rollout train` before it builds a model
+import rollout.launch.single  # `rollout run`
+from rollout.inference.factory import load_model
 import parity.environment
 
 assert HFRenderer(sys.argv[1]).render([Message.user("hi")])
+renderer, backend = load_model("scripted")  # what `rollout run` serves by default
+assert renderer.render([Message.user("hi")])
 heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "transformers"))
 print(json.dumps(heavy))
 """

@@ -12,7 +12,7 @@ from transformers import AutoTokenizer
 
 from rollout.contracts import Message, ToolCall, ToolSpec
 from rollout.models import init_model
-from rollout.models.tiny import default_tokenizer_dir
+from rollout.models.default_tokenizer import default_tokenizer_dir
 from rollout.rendering import HFRenderer, to_hf_message, to_hf_tool
 from rollout.rendering.template import TemplateTokenizer
 

@@ -31,7 +31,7 @@ def resolve_model(config: RunConfig, override: str | None = None) -> Path:
 
 
 def _tiny_model(config: RunConfig) -> Path:
-    from rollout.models.tiny import recipe_fingerprint
+    from rollout.models.default_tokenizer import recipe_fingerprint
 
     init = config.model.init
     assert init is not None
@@ -40,7 +40,7 @@ def _tiny_model(config: RunConfig) -> Path:
     if (path / "config.json").is_file():
         return path
     from rollout.models import init_model
-    from rollout.models.tiny import DEFAULT_VOCAB_SIZE
+    from rollout.models.default_tokenizer import DEFAULT_VOCAB_SIZE
 
     init_model(
         path,

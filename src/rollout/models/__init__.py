@@ -20,9 +20,10 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from rollout.models.architectures import ARCH_NAMES, Arch
+    from rollout.models.default_tokenizer import default_tokenizer_dir
     from rollout.models.errors import ModelError
     from rollout.models.template import CHAT_TEMPLATE
-    from rollout.models.tiny import ARCHITECTURES, default_tokenizer_dir, init_model
+    from rollout.models.tiny import ARCHITECTURES, init_model
     from rollout.models.tokenizer import (
         ADDED_TOKENS,
         DEFAULT_ALPHABET,
@@ -38,7 +39,7 @@ _WHERE = {
     "ModelError": "errors",
     "CHAT_TEMPLATE": "template",
     "ARCHITECTURES": "tiny",
-    "default_tokenizer_dir": "tiny",
+    "default_tokenizer_dir": "default_tokenizer",
     "init_model": "tiny",
     "ADDED_TOKENS": "tokenizer",
     "DEFAULT_ALPHABET": "tokenizer",

@@ -19,13 +19,15 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Iterable
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import PreTrainedTokenizerFast
 
 from rollout.models.errors import ModelError
 from rollout.models.template import CHAT_TEMPLATE
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerFast
 
 TokenizerKind = Literal["auto", "bytes", "chars"]
 
@@ -175,6 +177,10 @@ def build_tokenizer(
     tok.add_special_tokens(
         [AddedToken(f"<|reserved_{i}|>", special=True, normalized=False) for i in range(missing)]
     )
+    # Imported here: a cached tokenizer folder is found without transformers (see
+    # default_tokenizer.py).
+    from transformers import PreTrainedTokenizerFast
+
     wrapped = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         eos_token=IM_END,
