@@ -21,6 +21,8 @@ playing growing conversations (each read to its end, as SDKs do, so connections 
 
 Reported for each: p50/p95 latency per call (to `data: [DONE]`), p50 time to first token, and
 the p50 each proxy adds over direct (goal for the gateway: < 2 ms and below LiteLLM's).
+`--http-client aiohttp` makes the clients use aiohttp instead of httpx (the SDKs' library):
+it costs the client less CPU, which on a busy machine otherwise delays every path's reading.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import httpx
 
 from rollout.contracts import Completion, Message, SamplingParams
@@ -148,14 +151,57 @@ def _gateway_child(url: str, tokenizer_dir: str, backend_url: str, pool: int, re
     asyncio.run(main())
 
 
+async def _httpx_stream(
+    http: httpx.AsyncClient, url: str, body: dict[str, Any], key: str
+) -> AsyncIterator[str]:
+    async with http.stream(
+        "POST", url, json=body, headers={"Authorization": f"Bearer {key}"}
+    ) as response:
+        if response.status_code != 200:
+            raise RuntimeError(f"{response.status_code}: {await response.aread()!r}")
+        async for line in response.aiter_lines():
+            yield line
+
+
+async def _aiohttp_stream(
+    http: aiohttp.ClientSession, url: str, body: dict[str, Any], key: str
+) -> AsyncIterator[str]:
+    async with http.post(url, json=body, headers={"Authorization": f"Bearer {key}"}) as response:
+        if response.status != 200:
+            raise RuntimeError(f"{response.status}: {await response.read()!r}")
+        async for raw in response.content:
+            yield raw.decode().rstrip("\r\n")
+
+
 async def run_clients(
-    base_url: str, keys: list[str], calls: int, stagger: float
+    base_url: str, keys: list[str], calls: int, stagger: float, http_client: str = "httpx"
 ) -> tuple[list[float], list[float]]:
-    """Per-call latencies and times to first token of `len(keys)` streaming clients."""
+    """Per-call latencies and times to first token of `len(keys)` streaming clients.
+
+    `http_client` is `httpx` (what the OpenAI and Anthropic SDKs use) or `aiohttp` (lighter
+    on the CPU: on a busy machine the client's own work delays every path's reading).
+    """
     latencies: list[float] = []
     firsts: list[float] = []
     limits = httpx.Limits(max_connections=len(keys) + 8, max_keepalive_connections=len(keys) + 8)
-    async with httpx.AsyncClient(base_url=base_url, limits=limits, timeout=60) as http:
+    async with contextlib.AsyncExitStack() as stack:
+        if http_client == "aiohttp":
+            session = await stack.enter_async_context(
+                aiohttp.ClientSession(
+                    connector=aiohttp.TCPConnector(limit=len(keys) + 8),
+                    timeout=aiohttp.ClientTimeout(total=60),
+                )
+            )
+
+            def lines(body: dict[str, Any], key: str) -> AsyncIterator[str]:
+                return _aiohttp_stream(session, f"{base_url}/chat/completions", body, key)
+        else:
+            http = await stack.enter_async_context(
+                httpx.AsyncClient(base_url=base_url, limits=limits, timeout=60)
+            )
+
+            def lines(body: dict[str, Any], key: str) -> AsyncIterator[str]:
+                return _httpx_stream(http, "/chat/completions", body, key)
 
         async def client(i: int, key: str) -> None:
             await asyncio.sleep(stagger * i / len(keys))
@@ -166,27 +212,19 @@ async def run_clients(
                 body = {"model": "bench", "messages": messages, "stream": True, "max_tokens": 64}
                 text: list[str] = []
                 first: float | None = None
+                done: float | None = None
                 start = time.perf_counter()
-                async with http.stream(
-                    "POST",
-                    "/chat/completions",
-                    json=body,
-                    headers={"Authorization": f"Bearer {key}"},
-                ) as response:
-                    if response.status_code != 200:
-                        raise RuntimeError(f"{response.status_code}: {await response.aread()!r}")
-                    done: float | None = None
-                    async for line in response.aiter_lines():
-                        if done is not None:
-                            continue  # read to the end, as SDKs do, so the connection is reused
-                        if line == "data: [DONE]":
-                            done = time.perf_counter() - start
-                        elif line.startswith("data: "):
-                            for choice in json.loads(line[6:]).get("choices", []):
-                                piece = (choice.get("delta") or {}).get("content") or ""
-                                if piece and first is None:
-                                    first = time.perf_counter() - start
-                                text.append(piece)
+                async for line in lines(body, key):
+                    if done is not None:
+                        continue  # read to the end, as SDKs do, so the connection is reused
+                    if line == "data: [DONE]":
+                        done = time.perf_counter() - start
+                    elif line.startswith("data: "):
+                        for choice in json.loads(line[6:]).get("choices", []):
+                            piece = (choice.get("delta") or {}).get("content") or ""
+                            if piece and first is None:
+                                first = time.perf_counter() - start
+                            text.append(piece)
                 latencies.append(done if done is not None else time.perf_counter() - start)
                 firsts.append(first if first is not None else latencies[-1])
                 messages += [
@@ -306,13 +344,17 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         # Seat keys for the gateway; LiteLLM wants its master key; the backend takes any.
         uses = {name: keys if name == "gateway" else [MASTER_KEY] * seats for name in names}
         for name in names:  # warm-up
-            await run_clients(targets[name], uses[name][-WARMUP_SEATS:], WARMUP_CALLS, 0.0)
+            await run_clients(
+                targets[name], uses[name][-WARMUP_SEATS:], WARMUP_CALLS, 0.0, args.http_client
+            )
         # The paths take turns, round by round, so a change in the machine's load reaches all.
         measured: dict[str, tuple[list[float], list[float]]] = {n: ([], []) for n in names}
         for r in range(args.rounds):
             for name in names:
                 use = uses[name][r * args.clients : (r + 1) * args.clients]
-                lat, first = await run_clients(targets[name], use, args.calls, stagger)
+                lat, first = await run_clients(
+                    targets[name], use, args.calls, stagger, args.http_client
+                )
                 measured[name][0].extend(lat)
                 measured[name][1].extend(first)
         results = {name: summary(*measured[name]) for name in names}
@@ -340,6 +382,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         row["added_ttft_p50_ms"] = round(row["ttft_p50_ms"] - direct["ttft_p50_ms"], 3)
     return {
         "clients": args.clients,
+        "http_client": args.http_client,
         "calls_per_client": args.calls * args.rounds,
         "rounds": args.rounds,
         "ttft_ms": args.ttft_ms,
@@ -367,6 +410,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--database-url", default=None)
     parser.add_argument("--no-litellm", action="store_true", help="skip LiteLLM's proxy")
     parser.add_argument("--burst", action="store_true", help="start all clients at once")
+    parser.add_argument(
+        "--http-client",
+        choices=("httpx", "aiohttp"),
+        default="httpx",
+        help="the clients' HTTP library (httpx: what the OpenAI and Anthropic SDKs use)",
+    )
     parser.add_argument("--json", action="store_true")
     return parser.parse_args()
 
@@ -378,7 +427,8 @@ if __name__ == "__main__":
         print(json.dumps(result, indent=2))
     else:
         print(
-            f"{result['clients']} streaming clients x {result['calls_per_client']} calls, "
+            f"{result['clients']} streaming clients ({result['http_client']}) x "
+            f"{result['calls_per_client']} calls, "
             f"model: first token {result['ttft_ms']:.0f} ms, then {result['token_ms']:.0f} ms "
             f"x {result['reply_tokens'] - 1} tokens; {result['turns_recorded_by_gateway']} "
             f"turns recorded by the gateway; load average {result['load_average'][0]:.1f}"
