@@ -23,10 +23,14 @@ at chance (0.25) and then rises within ~30 steps to 0.6-0.9 (a plateau, then an 
 model must learn to attend to the goal's letter and copy it). With this recipe the rise began at
 step ~50-55 and ~75 for seeds 1 and 0 (seed 1: 0.232 +- 0.011 -> 0.752 +- 0.053, first vs last
 10 of 100 steps) and at ~95 for seed 2; with one step of sampling lag (the platform's
-`max_lag: 1`) not within 100 steps for seeds 0 and 1 (`--set max_lag=0` may help the platform);
+`max_lag: 1`) not within 100 steps for seeds 0 and 1, so the platform recipe sets `max_lag=0`;
 with the teammate left out of the view (`goal 1r.`) not within 100-120 steps in 4 runs; at lr
-2e-3 not within 160; at 5e-3 it collapsed. A platform step (64 episodes in sandboxes) takes
-4-16 s here under load, so 120 steps do not cover the plateau reliably.
+2e-3 not within 160; at 5e-3 it collapsed. The platform's trainer forgets Adam's moments after
+the warm-up; `--reset-adam` does the same in process, and it delays the rise (seed 1: at step
+~85 instead of ~50; 0.232 +- 0.015 -> 0.534 +- 0.012). The platform's episode text is the
+in-process one token for token (prompt `<|im_start|>user\nmate +1,+2. goal 1r.<|im_end|>\n
+<|im_start|>assistant\n`, reply `r` and the stop token). A platform step (64 episodes in
+sandboxes) takes 3-16 s here under load, so 120 steps do not cover the plateau reliably.
 
 Run: `uv run python benchmarks/gridworld_learning.py --out /tmp/gridworld.json` (about 8 minutes
 per 120 steps at load ~9; `--seeds`, `--steps`, `--env`, `--set KEY=VALUE` pass through to
@@ -64,6 +68,8 @@ OVERRIDES = [
     "group_size=8",
     "learning_rate=0.003",
     "grad_clip=1.0",
+    # No sampling lag: in one process a step of lag kept the direction choice at chance.
+    "max_lag=0",
 ]
 
 
@@ -154,6 +160,8 @@ def in_process(args: argparse.Namespace, seed: int) -> dict[str, Any]:
         batch = TrainBatch(tuple(warmup_segments(renderer, examples)), LossConfig("supervised"))
         provider.forward_backward(batch)
         provider.optim_step()
+    if args.reset_adam:  # as the platform's trainer does after its warm-up
+        provider.reset_optimizer()
     provider.lr = args.lr
     generator = torch.Generator().manual_seed(seed)
     closer: list[float] = []
@@ -287,6 +295,9 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=30, help="--in-process: warm-up steps")
     parser.add_argument("--warmup-lr", type=float, default=3e-3, help="--in-process")
     parser.add_argument("--grad-clip", type=float, default=1.0, help="--in-process")
+    parser.add_argument(
+        "--reset-adam", action="store_true", help="--in-process: as the platform after warm-up"
+    )
     args = parser.parse_args()
     if args.in_process:
         for seed in range(args.seed_offset, args.seed_offset + args.seeds):
