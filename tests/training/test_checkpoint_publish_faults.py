@@ -45,6 +45,8 @@ async def test_a_failed_checkpoint_upload_is_not_recorded_and_a_retry_publishes_
     assert checkpoint.uri.endswith(f"v000000-e{lease.epoch}")
     restored = store.get_dir(checkpoint.uri, tmp_path / "restored")
     provider.load(restored)  # whole: the provider loads it
+    [step] = await ledger.train_steps(run.run_id)
+    assert step.metrics["save_seconds"] > 0  # save + upload, timed before the record
 
 
 async def test_a_serving_record_never_names_missing_files(

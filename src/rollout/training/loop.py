@@ -180,6 +180,7 @@ class Trainer:
             version = 0
         group_size = config.group_size or environment.group_size
         recent: list[float] = []
+        idle_since = time.monotonic()  # the step's wait: from the previous record to compute
         while not stop.is_set() and version < config.steps:
             target = config.stop_at_reward
             if target is not None and len(recent) >= 3 and sum(recent[-3:]) / 3 >= target:
@@ -196,9 +197,11 @@ class Trainer:
             sleep = config.backend == "vllm" and config.vllm.sleep_while_training
             async with engines_asleep(self.ledger, self.run_id, sleep):  # colocated GPU
                 metrics = await asyncio.to_thread(self._step, provider, groups, config, version)
-            metrics["step_seconds"] = time.monotonic() - began
+            metrics["step_seconds"] = time.monotonic() - began  # forward, backward, optimizer
+            metrics["wait_seconds"] = began - idle_since  # groups, queueing, serving publish
             lease = await self._renew()
             await self._save(provider, lease, version + 1, version, groups, metrics)
+            idle_since = time.monotonic()
             version += 1
             recent.append(metrics["reward"])
         if not stop.is_set():
@@ -308,6 +311,7 @@ class Trainer:
         groups: list[GroupRecord],
         metrics: dict[str, float],
     ) -> None:
+        began = time.monotonic()
         local = self.work_dir / f"v{version}"
         await asyncio.to_thread(shutil.rmtree, local, True)  # left by a failed earlier try
         saved = await asyncio.to_thread(provider.save, local)
@@ -330,6 +334,7 @@ class Trainer:
             created_at=time.time(),
             metadata=dict(saved.metadata),
         )
+        metrics["save_seconds"] = time.monotonic() - began  # save + upload, before the record
         await self.ledger.record_train_step(
             lease,
             self.run_id,

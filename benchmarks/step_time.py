@@ -1,0 +1,242 @@
+"""Step time: where a platform step's wall time goes, against the trainer's own compute.
+
+Run: `uv run python benchmarks/step_time.py --steps 40` (`--json` for machine-readable output).
+
+Runs the README's parity command (`rollout train parity.environment:environment --preset
+cpu-tiny`, every role its own process, `stop_at_reward` off so it trains exactly `--steps`
+steps), then reads, per train step, from the ledger's own timestamps and the trainer's recorded
+metrics:
+
+- wall: seconds between this step's record and the previous one's;
+- compute: the trainer's forward + backward + optimizer seconds (`step_seconds`);
+- wait: the trainer's seconds from the previous record to this step's compute (`wait_seconds`:
+  waiting for complete groups, queueing new ones, publishing serving);
+- groups late: how long after the previous record the step's last group completed (its last
+  seat end); 0 when the groups were complete before the trainer asked;
+- save: saving + uploading the checkpoint before it is recorded (`save_seconds`);
+- record: the rest (lease renewal, the fenced step + checkpoint record, retention);
+- publish: checkpoint recorded -> converted -> served -> first server acknowledgement;
+- sampling: the step's episodes' first turn start to last turn end, and the mean turn.
+
+The figure (issue 11 "Step time", goal <= 1.5): median wall / median compute.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+SPEC = "parity.environment:environment"
+PRESET = "cpu-tiny"
+
+STEPS_SQL = """
+SELECT step, extract(epoch FROM created_at), metrics, group_indices
+FROM train_steps WHERE run_id = %s ORDER BY step
+"""
+# (label, table): the first row per checkpoint version.
+PUBLISH = [
+    ("checkpoint", "checkpoints"),
+    ("converted", "conversions"),
+    ("served", "serving"),
+    ("acked", "serving_acks"),
+]
+GROUPS_SQL = """
+SELECT e.group_index,
+       max(extract(epoch FROM s.created_at)) AS ended,
+       min(t.started_at) AS first_turn,
+       max(t.ended_at) AS last_turn,
+       avg(t.ended_at - t.started_at) AS turn_s,
+       count(DISTINCT e.episode_id) AS episodes
+FROM episodes e
+JOIN seat_ends s ON s.episode_id = e.episode_id
+LEFT JOIN turns t ON t.episode_id = e.episode_id
+WHERE e.run_id = %s AND e.kind = 'train'
+GROUP BY e.group_index
+"""
+
+
+def _load() -> str:
+    return " ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def train(steps: int, state: Path, log: Path, timeout_s: float) -> str:
+    """Run `rollout train` for `steps` steps in state folder `state`; return the run's name."""
+    name = f"steptime-{uuid.uuid4().hex[:8]}"
+    argv = [
+        sys.executable, "-m", "rollout.cli", "train", SPEC, "--preset", PRESET, "--name", name,
+        "--set", f"steps={steps}", "--set", "stop_at_reward=null",
+    ]  # fmt: skip
+    env = dict(os.environ, ROLLOUT_STATE_DIR=str(state))
+    env.pop("ROLLOUT_DATABASE_URL", None)
+    with log.open("ab") as out:
+        process = subprocess.Popen(
+            argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    try:
+        code = process.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGINT)  # as Ctrl-C: the roles stop, the run is marked
+        try:
+            process.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        raise SystemExit(f"rollout train did not finish in {timeout_s:.0f} s; see {log}") from None
+    if code != 0:
+        raise SystemExit(f"rollout train exited {code}; see {log}")
+    return name
+
+
+def _since(publish: dict[str, dict[int, float]], label: str, version: int) -> float | None:
+    """Seconds from checkpoint `version`'s record to its first `label` row (None: none)."""
+    at, checkpoint = publish[label].get(version), publish["checkpoint"].get(version)
+    return None if at is None or checkpoint is None else at - checkpoint
+
+
+def profile(url: str, name: str) -> list[dict[str, Any]]:
+    """Per train step (1..N): the figures the module docstring lists, in seconds."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SELECT run_id FROM runs WHERE name = %s", (name,)).fetchone()
+        if row is None:
+            raise SystemExit(f"no run named {name!r}")
+        run_id = row[0]
+        steps = conn.execute(STEPS_SQL, (run_id,)).fetchall()
+        publish: dict[str, dict[int, float]] = {}
+        for label, table in PUBLISH:
+            query = sql.SQL(
+                "SELECT version, min(extract(epoch FROM created_at)) FROM {} "
+                "WHERE run_id = %s GROUP BY version"
+            ).format(sql.Identifier(table))
+            found = conn.execute(query, (run_id,)).fetchall()
+            publish[label] = {int(v): float(at) for v, at in found}
+        groups = {int(r[0]): r[1:] for r in conn.execute(GROUPS_SQL, (run_id,)).fetchall()}
+    rows: list[dict[str, Any]] = []
+    for (_, previous_at, _, _), (step, at, metrics, indices) in itertools.pairwise(steps):
+        previous_at, at = float(previous_at), float(at)
+        mine = [groups[g] for g in indices if g in groups]
+        ended = max((float(g[0]) for g in mine), default=previous_at)
+        turns = [g for g in mine if g[1] is not None]
+        wall = at - previous_at
+        compute = float(metrics.get("step_seconds", float("nan")))
+        wait = float(metrics.get("wait_seconds", float("nan")))
+        save = float(metrics.get("save_seconds", float("nan")))
+        since = {label: _since(publish, label, int(step)) for label, _ in PUBLISH[1:]}
+
+        rows.append(
+            {
+                "step": int(step),
+                "wall_s": wall,
+                "compute_s": compute,
+                "wait_s": wait,
+                "groups_late_s": max(0.0, ended - previous_at),
+                "save_s": save,
+                "record_s": wall - wait - compute - save,
+                "converted_s": since["converted"],
+                "served_s": since["served"],
+                "acked_s": since["acked"],
+                "sampling_span_s": (
+                    max(float(g[2]) for g in turns) - min(float(g[1]) for g in turns)
+                    if turns
+                    else None
+                ),
+                "turn_s": statistics.fmean(float(g[3]) for g in turns) if turns else None,
+                "episodes": sum(int(g[4]) for g in mine),
+            }
+        )
+    return rows
+
+
+def summary(rows: list[dict[str, Any]]) -> dict[str, float | None]:
+    """The median of each figure over the steps (None where no step has it)."""
+    out: dict[str, float | None] = {}
+    for key in rows[0]:
+        values = [r[key] for r in rows if isinstance(r[key], int | float) and r[key] == r[key]]
+        out[key] = statistics.median(values) if values else None
+    return out
+
+
+def _fmt(value: Any) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+COLUMNS = [
+    ("wall_s", "wall"),
+    ("compute_s", "compute"),
+    ("wait_s", "wait"),
+    ("groups_late_s", "grp late"),
+    ("save_s", "save"),
+    ("record_s", "record"),
+    ("converted_s", "convert"),
+    ("served_s", "served"),
+    ("acked_s", "acked"),
+    ("sampling_span_s", "sampling"),
+    ("turn_s", "turn"),
+]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--steps", type=int, default=40, help="train steps (default 40)")
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds for the run")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    args = parser.parse_args(argv)
+
+    from rollout.ledger import ledger_url
+    from rollout.ledger.embedded import stop_embedded
+
+    work = Path(tempfile.mkdtemp(prefix="rollout-steptime-"))
+    state = work / "state"
+    os.environ["ROLLOUT_STATE_DIR"] = str(state)
+    load_start = _load()
+    began = time.time()
+    try:
+        url = ledger_url()  # the embedded Postgres the run's roles share
+        name = train(args.steps, state, work / "train.log", args.timeout)
+        rows = profile(url, name)
+    finally:
+        stop_embedded(state)
+    if not rows:
+        raise SystemExit(f"no train steps recorded; see {work / 'train.log'}")
+    shutil.rmtree(work, ignore_errors=True)
+    med = summary(rows)
+    ratio = (med["wall_s"] or 0.0) / (med["compute_s"] or float("nan"))
+    result = {
+        "steps": len(rows),
+        "seconds": round(time.time() - began, 1),
+        "load_average_at_start": load_start,
+        "load_average_at_end": _load(),
+        "median": med,
+        "wall_over_compute": ratio,
+        "per_step": rows,
+    }
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    print(f"`rollout train {SPEC} --preset {PRESET}`, {len(rows)} steps, seconds per step")
+    print(f"load average {load_start} at start, {result['load_average_at_end']} at end")
+    print(f"{'step':>5}" + "".join(f"{label:>10}" for _, label in COLUMNS))
+    for row in rows:
+        print(f"{row['step']:>5}" + "".join(f"{_fmt(row[key]):>10}" for key, _ in COLUMNS))
+    print(f"{'med':>5}" + "".join(f"{_fmt(med[key]):>10}" for key, _ in COLUMNS))
+    goal = "met" if ratio <= 1.5 else "NOT met"
+    print(f"median wall / median compute: {ratio:.2f}x (goal <= 1.5: {goal})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
