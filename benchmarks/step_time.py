@@ -74,13 +74,18 @@ def _load() -> str:
     return " ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
-def train(steps: int, state: Path, log: Path, timeout_s: float) -> str:
-    """Run `rollout train` for `steps` steps in state folder `state`; return the run's name."""
+def train(
+    steps: int, state: Path, log: Path, timeout_s: float, overrides: list[str] | None = None
+) -> str:
+    """Run `rollout train` for `steps` steps in state folder `state` (more `--set KEY=VALUE`
+    `overrides` after the benchmark's own); return the run's name."""
     name = f"steptime-{uuid.uuid4().hex[:8]}"
     argv = [
         sys.executable, "-m", "rollout.cli", "train", SPEC, "--preset", PRESET, "--name", name,
         "--set", f"steps={steps}", "--set", "stop_at_reward=null",
     ]  # fmt: skip
+    for override in overrides or []:
+        argv += ["--set", override]
     env = dict(os.environ, ROLLOUT_STATE_DIR=str(state))
     env.pop("ROLLOUT_DATABASE_URL", None)
     with log.open("ab") as out:
@@ -193,6 +198,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--steps", type=int, default=40, help="train steps (default 40)")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds for the run")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="another preset override for the run (repeatable), e.g. runner_concurrency=128",
+    )
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     args = parser.parse_args(argv)
 
@@ -206,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     began = time.time()
     try:
         url = ledger_url()  # the embedded Postgres the run's roles share
-        name = train(args.steps, state, work / "train.log", args.timeout)
+        name = train(args.steps, state, work / "train.log", args.timeout, args.overrides)
         rows = profile(url, name)
     finally:
         stop_embedded(state)
@@ -217,6 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     ratio = (med["wall_s"] or 0.0) / (med["compute_s"] or float("nan"))
     result = {
         "steps": len(rows),
+        "overrides": args.overrides,
         "seconds": round(time.time() - began, 1),
         "load_average_at_start": load_start,
         "load_average_at_end": _load(),
@@ -227,7 +241,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
-    print(f"`rollout train {SPEC} --preset {PRESET}`, {len(rows)} steps, seconds per step")
+    extra = "".join(f" --set {o}" for o in args.overrides)
+    print(f"`rollout train {SPEC} --preset {PRESET}{extra}`, {len(rows)} steps, seconds per step")
     print(f"load average {load_start} at start, {result['load_average_at_end']} at end")
     print(f"{'step':>5}" + "".join(f"{label:>10}" for _, label in COLUMNS))
     for row in rows:
