@@ -30,7 +30,12 @@ the warm-up; `--reset-adam` does the same in process, and it delays the rise (se
 ~85 instead of ~50; 0.232 +- 0.015 -> 0.534 +- 0.012). The platform's episode text is the
 in-process one token for token (prompt `<|im_start|>user\nmate +1,+2. goal 1r.<|im_end|>\n
 <|im_start|>assistant\n`, reply `r` and the stop token). A platform step (64 episodes in
-sandboxes) takes 3-16 s here under load, so 120 steps do not cover the plateau reliably.
+sandboxes) takes 3-16 s here under load.
+
+Through the platform with this recipe (`max_lag=0`), seed 1 rose at step ~65-75: moves toward
+the goal 0.190 +- 0.025 -> 0.509 +- 0.047 and reward 0.073 +- 0.051 -> 0.486 +- 0.061 (first vs
+last 10 of 138 steps, stopped early; ~20 min at load 12-30); with `max_lag` 1 (the preset's) 200
+steps stayed at chance, and a `max_lag=0` run of 120 steps rose only at its end (0.22 -> 0.30).
 
 Run: `uv run python benchmarks/gridworld_learning.py --out /tmp/gridworld.json` (about 8 minutes
 per 120 steps at load ~9; `--seeds`, `--steps`, `--env`, `--set KEY=VALUE` pass through to
