@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import signal
 import time
 from pathlib import Path
 
 import psycopg
 
 ROLES = ("trainer", "runner", "gateway", "inference")
+
+
+def ctrl_c_as_in_a_terminal() -> None:
+    """`preexec_fn` for a child that the test stops with SIGINT: Ctrl-C's default action, as a
+    terminal's foreground command has it. A background job of a non-interactive shell (a CI
+    script's `pytest &`) starts with SIGINT ignored, children inherit that, and Python then
+    installs no KeyboardInterrupt handler, so the signal would do nothing."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def wait_for_step(database_url: str, at_least: int, timeout: float) -> str:

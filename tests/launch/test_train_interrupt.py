@@ -15,6 +15,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from tests.live_run import ctrl_c_as_in_a_terminal
 from tests.live_run import role_pids as _role_pids
 from tests.live_run import wait_for_step as _wait_for_step
 
@@ -38,6 +39,7 @@ def test_an_interrupted_train_stops_its_roles_and_counts_the_recorded_steps(
         stderr=subprocess.PIPE,
         text=True,
         env=env,
+        preexec_fn=ctrl_c_as_in_a_terminal,
     )  # fmt: skip
     try:
         run_id = _wait_for_step(database_url, 2, timeout=400)

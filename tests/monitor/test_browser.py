@@ -29,6 +29,7 @@ import psycopg
 import pytest
 
 from rollout.ledger import Ledger
+from tests.live_run import ctrl_c_as_in_a_terminal
 
 pytestmark = [
     pytest.mark.slow,
@@ -67,6 +68,7 @@ def live_run(database_url: str, tmp_path: Path) -> Iterator[str]:
         stdout=log,
         stderr=subprocess.STDOUT,
         env=env,
+        preexec_fn=ctrl_c_as_in_a_terminal,  # stopped with SIGINT below
     )
     try:
         deadline = time.monotonic() + 900
