@@ -174,7 +174,7 @@ def train_to_first_turn(url: str, env: dict[str, str], log: Path) -> dict[str, A
                 raise RuntimeError(f"no turn within {TIMEOUT_S:.0f} s; see {log}")
     finally:
         if process.poll() is None:
-            os.killpg(process.pid, signal.SIGINT)  # as Ctrl-C: the roles stop, the run is marked
+            os.killpg(process.pid, signal.SIGTERM)  # stops it as Ctrl-C does
             try:
                 process.wait(60)
             except subprocess.TimeoutExpired:

@@ -95,7 +95,7 @@ def train(
     try:
         code = process.wait(timeout_s)
     except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGINT)  # as Ctrl-C: the roles stop, the run is marked
+        os.killpg(process.pid, signal.SIGTERM)  # stops it as Ctrl-C does
         try:
             process.wait(60)
         except subprocess.TimeoutExpired:
