@@ -191,7 +191,7 @@ async def stream_events(live: LiveTurn, req: ChatRequest, response_id: str) -> A
     if include_usage:
         tail.append(sse.data_event({**base, "choices": [], "usage": _usage(result)}))
     tail.append(sse.DONE)
-    yield sse.final(tail)
+    yield sse.join(tail)
 
 
 def _error_event(err: GatewayError) -> bytes:

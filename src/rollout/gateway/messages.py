@@ -320,7 +320,7 @@ async def stream_events(
         )
     )
     ready.append(event("message_stop", {}))
-    yield sse.final(ready)
+    yield sse.join(ready)
 
 
 def _error_event(err: GatewayError) -> bytes:

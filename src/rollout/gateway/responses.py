@@ -443,7 +443,7 @@ async def stream_events(
             {"response": final},
         )
     )
-    yield sse.final(ready)
+    yield sse.join(ready)
 
 
 def _error_event(err: GatewayError) -> bytes:

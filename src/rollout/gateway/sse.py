@@ -31,15 +31,6 @@ def join(events: Iterable[bytes]) -> bytes:
     return b"".join(events)
 
 
-class Final(bytes):
-    """A stream's last events: written together with the end of the response body."""
-
-
-def final(events: Iterable[bytes]) -> Final:
-    """`events` joined, marked as the last write of the stream (see `Final`)."""
-    return Final(b"".join(events))
-
-
 def response(events: bytes) -> Response:
     """An HTTP response carrying a whole event stream."""
     return Response(events, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})

@@ -13,9 +13,7 @@ import logging
 from collections.abc import AsyncIterator, Callable
 
 from starlette.responses import StreamingResponse
-from starlette.types import Send
 
-from rollout.gateway import sse
 from rollout.gateway.canonical import StreamDelta, StreamStart, TurnResult
 from rollout.gateway.errors import GatewayError
 
@@ -93,36 +91,6 @@ class LiveTurn:
         return rest, positions
 
 
-class EventStream(StreamingResponse):
-    """A streaming response that writes as few times as it can.
-
-    Each write wakes the client (and, on a busy machine, gives it the CPU) before the gateway
-    has written what comes next. So the headers wait for the first event and go out right
-    before it, with no work in between, and the stream's `sse.Final` events go out in the
-    same write as the end of the chunked body.
-    """
-
-    async def stream_response(self, send: Send) -> None:
-        events = aiter(self.body_iterator)
-        first = await anext(events, b"")  # a LiveTurn is open: its first event is ready
-        await send(
-            {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
-        )
-        chunk = first
-        while True:
-            data = chunk if isinstance(chunk, bytes | memoryview) else chunk.encode(self.charset)
-            if isinstance(chunk, sse.Final):
-                await send({"type": "http.response.body", "body": data, "more_body": False})
-                return
-            if data:
-                await send({"type": "http.response.body", "body": data, "more_body": True})
-            try:
-                chunk = await anext(events)
-            except StopAsyncIteration:
-                break
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
-
-
 def stream_response(
     events: AsyncIterator[bytes], on_error: Callable[[GatewayError], bytes]
 ) -> StreamingResponse:
@@ -138,6 +106,6 @@ def stream_response(
             log.exception("stream failed")
             yield on_error(GatewayError(f"internal error: {type(exc).__name__}", kind="server"))
 
-    return EventStream(
+    return StreamingResponse(
         body(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
     )
