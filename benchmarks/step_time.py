@@ -16,7 +16,11 @@ metrics:
 - save: saving + uploading the checkpoint before it is recorded (`save_seconds`);
 - record: the rest (lease renewal, the fenced step + checkpoint record, retention);
 - publish: checkpoint recorded -> converted -> served -> first server acknowledgement;
-- sampling: the step's episodes' first turn start to last turn end, and the mean turn.
+- sampling: the step's episodes' first turn start to last turn end, and the mean turn;
+- CPU by role: CPU seconds per step of each role process (and of Postgres), read from /proc
+  every half second over the steps after the first quarter (start-up and warm-up left out),
+  against the machine's cores: when their sum per step approaches cores x wall, the step is
+  bound by CPU, not by waiting.
 
 The figure (issue 11 "Step time", goal <= 1.5): median wall / median compute.
 """
@@ -33,6 +37,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -70,15 +75,97 @@ GROUP BY e.group_index
 """
 
 
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _processes() -> dict[int, tuple[str, int]]:
+    """pid -> (command line, parent pid) of every process we can read."""
+    found: dict[int, tuple[str, int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        found[int(entry)] = (cmdline, int(fields[1]))
+    return found
+
+
+def _cpu_ticks(pid: int) -> int:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0
+    return int(fields[11]) + int(fields[12])  # utime + stime
+
+
+class CpuByRole:
+    """Samples the CPU time of `root`'s process tree (by role) and its Postgres every `every` s."""
+
+    def __init__(self, root: int, postgres_dir: Path, every: float = 0.5) -> None:
+        self.root, self.postgres_dir, self.every = root, postgres_dir, every
+        self.samples: list[tuple[float, dict[str, float]]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _postmaster(self) -> int | None:
+        try:
+            return int((self.postgres_dir / "postmaster.pid").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def _sample(self) -> dict[str, float]:
+        postmaster = self._postmaster()
+        processes = _processes()
+        ours, grew = {self.root}, True
+        while grew:  # the run's process tree (roles may start sessions of their own)
+            more = {pid for pid, (_, parent) in processes.items() if parent in ours} - ours
+            ours |= more
+            grew = bool(more)
+        ticks: dict[str, int] = {}
+        for pid, (cmdline, parent) in processes.items():
+            if pid in ours and "rollout.cli" in cmdline:
+                role = cmdline.split("rollout.cli", 1)[1].split()[0]
+            elif postmaster is not None and postmaster in (pid, parent):
+                role = "postgres"
+            else:
+                continue
+            ticks[role] = ticks.get(role, 0) + _cpu_ticks(pid)
+        return {role: t / TICK for role, t in ticks.items()}
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            self.samples.append((time.time(), self._sample()))
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def between(self, start: float, end: float) -> dict[str, float]:
+        """CPU seconds each role used from `start` to `end` (epoch seconds; nearest samples).
+
+        A process that exits inside the window loses its CPU since the last sample before its
+        exit; roles run for the whole run, so that is at most `every` seconds of one process.
+        """
+        inside = [(at, cpu) for at, cpu in self.samples if start <= at <= end]
+        if len(inside) < 2:
+            return {}
+        (_, first), (_, last) = inside[0], inside[-1]
+        return {role: last[role] - first.get(role, 0.0) for role in last}
+
+
 def _load() -> str:
     return " ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
 def train(
     steps: int, state: Path, log: Path, timeout_s: float, overrides: list[str] | None = None
-) -> str:
+) -> tuple[str, CpuByRole]:
     """Run `rollout train` for `steps` steps in state folder `state` (more `--set KEY=VALUE`
-    `overrides` after the benchmark's own); return the run's name."""
+    `overrides` after the benchmark's own); return the run's name and its CPU samples."""
     name = f"steptime-{uuid.uuid4().hex[:8]}"
     argv = [
         sys.executable, "-m", "rollout.cli", "train", SPEC, "--preset", PRESET, "--name", name,
@@ -92,6 +179,7 @@ def train(
         process = subprocess.Popen(
             argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
+    cpu = CpuByRole(process.pid, state / "postgres")
     try:
         code = process.wait(timeout_s)
     except subprocess.TimeoutExpired:
@@ -102,9 +190,11 @@ def train(
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
         raise SystemExit(f"rollout train did not finish in {timeout_s:.0f} s; see {log}") from None
+    finally:
+        cpu.stop()
     if code != 0:
         raise SystemExit(f"rollout train exited {code}; see {log}")
-    return name
+    return name, cpu
 
 
 def _since(publish: dict[str, dict[int, float]], label: str, version: int) -> float | None:
@@ -145,6 +235,7 @@ def profile(url: str, name: str) -> list[dict[str, Any]]:
         rows.append(
             {
                 "step": int(step),
+                "at": at,
                 "wall_s": wall,
                 "compute_s": compute,
                 "wait_s": wait,
@@ -170,6 +261,8 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, float | None]:
     """The median of each figure over the steps (None where no step has it)."""
     out: dict[str, float | None] = {}
     for key in rows[0]:
+        if key == "at":
+            continue
         values = [r[key] for r in rows if isinstance(r[key], int | float) and r[key] == r[key]]
         out[key] = statistics.median(values) if values else None
     return out
@@ -219,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     began = time.time()
     try:
         url = ledger_url()  # the embedded Postgres the run's roles share
-        name = train(args.steps, state, work / "train.log", args.timeout, args.overrides)
+        name, cpu = train(args.steps, state, work / "train.log", args.timeout, args.overrides)
         rows = profile(url, name)
     finally:
         stop_embedded(state)
@@ -228,6 +321,11 @@ def main(argv: list[str] | None = None) -> int:
     shutil.rmtree(work, ignore_errors=True)
     med = summary(rows)
     ratio = (med["wall_s"] or 0.0) / (med["compute_s"] or float("nan"))
+    window = rows[len(rows) // 4 :]
+    used = cpu.between(window[0]["at"] - window[0]["wall_s"], window[-1]["at"])
+    cpu_per_step = {role: round(s / len(window), 3) for role, s in sorted(used.items())}
+    window_s = window[-1]["at"] - window[0]["at"] + window[0]["wall_s"]
+    cores = os.cpu_count() or 1
     result = {
         "steps": len(rows),
         "overrides": args.overrides,
@@ -236,6 +334,9 @@ def main(argv: list[str] | None = None) -> int:
         "load_average_at_end": _load(),
         "median": med,
         "wall_over_compute": ratio,
+        "cpu_s_per_step": cpu_per_step,
+        "cores_busy": round(sum(used.values()) / window_s, 2) if used else None,
+        "cores": cores,
         "per_step": rows,
     }
     if args.json:
@@ -248,6 +349,13 @@ def main(argv: list[str] | None = None) -> int:
     for row in rows:
         print(f"{row['step']:>5}" + "".join(f"{_fmt(row[key]):>10}" for key, _ in COLUMNS))
     print(f"{'med':>5}" + "".join(f"{_fmt(med[key]):>10}" for key, _ in COLUMNS))
+    if used:
+        roles = ", ".join(f"{role} {sec:.3f}" for role, sec in cpu_per_step.items())
+        print(f"CPU seconds per step (steps {window[0]['step']}-{window[-1]['step']}): {roles}")
+        print(
+            f"all roles: {sum(cpu_per_step.values()):.3f} CPU s per step, "
+            f"{result['cores_busy']} of {cores} cores busy"
+        )
     goal = "met" if ratio <= 1.5 else "NOT met"
     print(f"median wall / median compute: {ratio:.2f}x (goal <= 1.5: {goal})")
     return 0

@@ -121,3 +121,13 @@ def test_a_missing_vllm_environment_is_named(
             update={"vllm": config.vllm.model_copy(update={"url": "http://127.0.0.1:8000"})}
         )
     )
+
+
+def test_the_local_backend_batches_every_episode_the_runners_keep_in_flight() -> None:
+    tiny = load_preset("cpu-tiny")
+    assert tiny.local_batch == tiny.runners * tiny.runner_concurrency == 64
+    wider = tiny.model_copy(update={"runners": 2, "runner_concurrency": 48})
+    assert wider.local_batch == 96
+    assert tiny.model_copy(update={"inference_batch": 8}).local_batch == 8
+    with pytest.raises(ValueError, match="inference_batch"):
+        RunConfig.model_validate({**tiny.model_dump(), "inference_batch": 0})

@@ -99,3 +99,26 @@ async def test_waits_recover_after_the_listening_connection_drops(
     await asyncio.sleep(0.05)
     await ledger.set_setting(run.run_id, "max_lag", 5)
     assert await waiter
+
+
+async def test_turns_and_claims_notify_nobody_and_seat_ends_do(
+    ledger: Ledger, run: RunRecord
+) -> None:
+    # A NOTIFY serialises commits on Postgres's notification lock: the per-turn and per-claim
+    # writes send none (migration 0009); a seat's end still wakes the trainer and evaluators.
+    channels = ("turns", "claims", "ends", "groups", "episodes")
+    async with await psycopg.AsyncConnection.connect(ledger.url, autocommit=True) as listener:
+        for channel in channels:
+            await listener.execute(f"LISTEN {channel}")  # pyright: ignore[reportArgumentType]
+        await ledger.add_episodes(run.run_id, [EpisodeSpec(0, 0, {}, 1)])
+        heard = [n.channel async for n in listener.notifies(timeout=2.0, stop_after=1)]
+        assert heard == ["episodes"]
+        claim = await ledger.claim_seat("r")
+        assert claim is not None
+        await ledger.record_turn(turn_for(claim))
+        assert [n.channel async for n in listener.notifies(timeout=0.5)] == []
+        await ledger.end_seat(claim, reward=1.0)
+        heard = [n.channel async for n in listener.notifies(timeout=5.0, stop_after=2)]
+        assert sorted(heard) == ["ends", "groups"]
+    with pytest.raises(InvalidInput, match="'turns'"):
+        await ledger.wait("turns", timeout=0.1)

@@ -119,8 +119,10 @@ async def _serving_backend(
         return backend, create_inference_app(backend, model=model, secret=secret), None
     from rollout.inference.local import LocalBackend
 
-    dtype = spec.training.dtype if spec.training is not None else "float32"
-    backend = LocalBackend(Path(model), device=spec.device, dtype=dtype)
+    training = spec.training
+    dtype = training.dtype if training is not None else "float32"
+    batch = training.local_batch if training is not None else 16
+    backend = LocalBackend(Path(model), device=spec.device, dtype=dtype, max_batch=batch)
     return backend, create_inference_app(backend, model=model, secret=secret), None
 
 

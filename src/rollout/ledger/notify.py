@@ -1,6 +1,8 @@
 """Wake-ups: one dedicated LISTEN connection per `Ledger`, shared by every waiter.
 
-Writes NOTIFY a channel per fact table (by trigger, payload = run id). `Listener.wait` returns
+Writes NOTIFY a channel per fact table (by trigger, payload = run id), except the writes made
+for every turn and every claim: a NOTIFY holds Postgres's database-wide notification lock through
+its commit, so notifying commits queue behind each other (migration 0009). `Listener.wait` returns
 True when a notification arrived since this ledger's previous wait on the same key, so a
 notification that lands while a follower is busy querying is not lost; otherwise it waits up to
 `timeout` and returns False, which is the polling fallback. When the connection drops, waits time
@@ -30,8 +32,6 @@ CHANNELS: tuple[str, ...] = (
     "runs",  # a run was created
     "settings",  # a run setting changed
     "episodes",  # episodes were added, or settings changed (seats may be claimable)
-    "claims",  # a seat was claimed
-    "turns",  # turns were recorded
     "ends",  # a seat ended
     "groups",  # a train seat ended: a group may be complete
     "train_steps",  # a train step was recorded

