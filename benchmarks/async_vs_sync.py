@@ -33,6 +33,8 @@ import tempfile
 import time
 import uuid
 
+from procs import stop_group
+
 from rollout.ledger import Ledger
 from rollout.ledger.embedded import stop_embedded
 
@@ -180,12 +182,7 @@ def rollout_only(state_dir: str, args: argparse.Namespace) -> dict[str, object]:
     finally:
         if stopped is not None:
             os.kill(stopped, signal.SIGCONT)
-        os.killpg(process.pid, signal.SIGTERM)  # stops it as Ctrl-C does
-        try:
-            process.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+        stop_group(process)
     seconds = float(last) - began
     return {
         "steps": args.steps,

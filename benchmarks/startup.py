@@ -27,7 +27,6 @@ import os
 import platform
 import resource
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -37,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from procs import stop_group
 from psycopg import sql
 
 SPEC = "parity.environment:environment"
@@ -174,12 +174,7 @@ def train_to_first_turn(url: str, env: dict[str, str], log: Path) -> dict[str, A
                 raise RuntimeError(f"no turn within {TIMEOUT_S:.0f} s; see {log}")
     finally:
         if process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)  # stops it as Ctrl-C does
-            try:
-                process.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+            stop_group(process)
     return {label: round(at - began, 2) for label, at in sorted(times.items(), key=lambda i: i[1])}
 
 

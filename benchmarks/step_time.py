@@ -32,7 +32,6 @@ import itertools
 import json
 import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -44,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from procs import stop_group
 from psycopg import sql
 
 SPEC = "parity.environment:environment"
@@ -183,12 +183,7 @@ def train(
     try:
         code = process.wait(timeout_s)
     except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGTERM)  # stops it as Ctrl-C does
-        try:
-            process.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+        stop_group(process)
         raise SystemExit(f"rollout train did not finish in {timeout_s:.0f} s; see {log}") from None
     finally:
         cpu.stop()
