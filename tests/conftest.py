@@ -70,6 +70,7 @@ def _private_state_dir() -> Iterator[None]:
         yield
     finally:
         os.environ.pop("ROLLOUT_STATE_DIR", None)
+        stop_embedded(folder)  # a command a test ran may have started it there
         shutil.rmtree(folder, ignore_errors=True)
 
 

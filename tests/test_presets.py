@@ -83,8 +83,9 @@ def test_a_gpu_preset_fails_at_once_through_the_cli(
 
 
 @pytest.mark.skipif(_has_cuda(), reason="checks the refusal on a machine without a GPU")
-def test_the_refusal_comes_before_anything_starts(tmp_path: Path) -> None:
-    """As a real process: exit 2 and one line, before any role starts."""
+def test_the_refusal_comes_before_anything_starts(embedded_state_dir: Path) -> None:
+    """As a real process: exit 2 and one line, before any role starts (the embedded Postgres,
+    which holds stored presets, may start; the fixture stops it)."""
     done = subprocess.run(
         [
             sys.executable,
@@ -97,7 +98,7 @@ def test_the_refusal_comes_before_anything_starts(tmp_path: Path) -> None:
         ],
         capture_output=True,
         text=True,
-        env={**__import__("os").environ, "ROLLOUT_STATE_DIR": str(tmp_path / "state")},
+        env={**__import__("os").environ, "ROLLOUT_STATE_DIR": str(embedded_state_dir)},
         timeout=300,
     )
     assert done.returncode == 2, done.stderr[-2000:]
