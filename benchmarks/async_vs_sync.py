@@ -33,7 +33,7 @@ import tempfile
 import time
 import uuid
 
-from procs import stop_group
+from procs import processes, role_of, stop_group
 
 from rollout.ledger import Ledger
 from rollout.ledger.embedded import stop_embedded
@@ -41,32 +41,28 @@ from rollout.ledger.embedded import stop_embedded
 GROUPS_PER_STEP = 4
 
 
-def train(state_dir: str, steps: int, max_lag: int, extra: list[str]) -> dict[str, object]:
+def _environment(state_dir: str) -> dict[str, str]:
     env = dict(os.environ, ROLLOUT_STATE_DIR=state_dir)
     env.pop("ROLLOUT_DATABASE_URL", None)
+    return env
+
+
+def _command(steps: int, max_lag: int, extra: list[str]) -> list[str]:
+    """`rollout train` of the long-tail environment with the benchmark's recipe."""
+    return [
+        sys.executable, "-m", "rollout.cli", "train", "benchmarks.longtail:environment",
+        "--preset", "cpu-tiny", "--steps", str(steps), "--max-lag", str(max_lag),
+        "--set", f"groups_per_step={GROUPS_PER_STEP}", "--set", "warmup_steps=20",
+        *(arg for setting in extra for arg in ("--set", setting)),
+    ]  # fmt: skip
+
+
+def train(state_dir: str, steps: int, max_lag: int, extra: list[str]) -> dict[str, object]:
     result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "rollout.cli",
-            "train",
-            "benchmarks.longtail:environment",
-            "--preset",
-            "cpu-tiny",
-            "--steps",
-            str(steps),
-            "--max-lag",
-            str(max_lag),
-            "--set",
-            f"groups_per_step={GROUPS_PER_STEP}",
-            "--set",
-            "warmup_steps=20",
-            *(arg for setting in extra for arg in ("--set", setting)),
-            "--json",
-        ],
+        [*_command(steps, max_lag, extra), "--json"],
         capture_output=True,
         text=True,
-        env=env,
+        env=_environment(state_dir),
         check=False,
     )
     if result.returncode != 0:
@@ -109,15 +105,9 @@ WHERE e.run_id = %s AND e.kind = 'train' AND e.group_index < %s
 
 
 def _trainer_pid(run_id: str) -> int | None:
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    argv = f.read().split(b"\0")
-            except OSError:
-                continue
-            if b"trainer" in argv and run_id.encode() in argv:
-                return int(entry)
+    for pid, proc in processes().items():
+        if role_of(proc) == "trainer" and run_id in proc.argv:
+            return pid
     return None
 
 
@@ -129,19 +119,18 @@ def rollout_only(state_dir: str, args: argparse.Namespace) -> dict[str, object]:
 
     groups = args.steps * GROUPS_PER_STEP
     name = f"rollout-only-{uuid.uuid4().hex[:8]}"
-    env = dict(os.environ, ROLLOUT_STATE_DIR=state_dir)
-    env.pop("ROLLOUT_DATABASE_URL", None)
-    argv = [
-        sys.executable, "-m", "rollout.cli", "train", "benchmarks.longtail:environment",
-        "--preset", "cpu-tiny", "--name", name, "--steps", str(args.steps + 1000),
-        "--max-lag", "1000", "--set", f"groups_per_step={GROUPS_PER_STEP}",
-        "--set", "warmup_steps=20", "--set", f"runner_concurrency={args.concurrency}",
-        "--set", f"queue_steps={args.steps}", "--set", "stop_at_reward=null",
-    ]  # fmt: skip
+    extra = [
+        f"runner_concurrency={args.concurrency}",
+        f"queue_steps={args.steps}",
+        "stop_at_reward=null",
+    ]
     process = subprocess.Popen(
-        argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [*_command(args.steps + 1000, 1000, extra), "--name", name],
+        env=_environment(state_dir),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
         start_new_session=True,
-    )  # fmt: skip
+    )
     os.environ["ROLLOUT_STATE_DIR"] = state_dir
     stopped: int | None = None
     began = 0.0

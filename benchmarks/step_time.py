@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from procs import stop_group
+from procs import processes, role_of, stop_group
 from psycopg import sql
 
 SPEC = "parity.environment:environment"
@@ -75,32 +75,6 @@ GROUP BY e.group_index
 """
 
 
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def _processes() -> dict[int, tuple[str, int]]:
-    """pid -> (command line, parent pid) of every process we can read."""
-    found: dict[int, tuple[str, int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        found[int(entry)] = (cmdline, int(fields[1]))
-    return found
-
-
-def _cpu_ticks(pid: int) -> int:
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0
-    return int(fields[11]) + int(fields[12])  # utime + stime
-
-
 class CpuByRole:
     """Samples the CPU time of `root`'s process tree (by role) and its Postgres every `every` s."""
 
@@ -119,22 +93,20 @@ class CpuByRole:
 
     def _sample(self) -> dict[str, float]:
         postmaster = self._postmaster()
-        processes = _processes()
+        found = processes()
         ours, grew = {self.root}, True
         while grew:  # the run's process tree (roles may start sessions of their own)
-            more = {pid for pid, (_, parent) in processes.items() if parent in ours} - ours
+            more = {pid for pid, proc in found.items() if proc.parent in ours} - ours
             ours |= more
             grew = bool(more)
-        ticks: dict[str, int] = {}
-        for pid, (cmdline, parent) in processes.items():
-            if pid in ours and "rollout.cli" in cmdline:
-                role = cmdline.split("rollout.cli", 1)[1].split()[0]
-            elif postmaster is not None and postmaster in (pid, parent):
+        cpu: dict[str, float] = {}
+        for pid, proc in found.items():
+            role = role_of(proc) if pid in ours else None
+            if role is None and postmaster is not None and postmaster in (pid, proc.parent):
                 role = "postgres"
-            else:
-                continue
-            ticks[role] = ticks.get(role, 0) + _cpu_ticks(pid)
-        return {role: t / TICK for role, t in ticks.items()}
+            if role is not None:
+                cpu[role] = cpu.get(role, 0.0) + proc.cpu_s
+        return cpu
 
     def _run(self) -> None:
         while not self._stop.wait(self.every):

@@ -120,9 +120,12 @@ async def _serving_backend(
     from rollout.inference.local import LocalBackend
 
     training = spec.training
-    dtype = training.dtype if training is not None else "float32"
-    batch = training.local_batch if training is not None else 16
-    backend = LocalBackend(Path(model), device=spec.device, dtype=dtype, max_batch=batch)
+    if training is None:
+        backend = LocalBackend(Path(model), device=spec.device)
+    else:
+        backend = LocalBackend(
+            Path(model), device=spec.device, dtype=training.dtype, max_batch=training.local_batch
+        )
     return backend, create_inference_app(backend, model=model, secret=secret), None
 
 
