@@ -2,7 +2,7 @@
 
 While off, its port refuses connections and the connections it carried are cut, as when a
 database server restarts or fails over; the server itself (shared by the test session) is
-untouched.
+untouched. Frozen, it holds the bytes of the connections it carries without cutting them.
 """
 
 from __future__ import annotations
@@ -15,9 +15,12 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from rollout.net.server import free_port
 
 
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+async def _pipe(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, flowing: asyncio.Event
+) -> None:
     with contextlib.suppress(ConnectionError, OSError):
         while data := await reader.read(65536):
+            await flowing.wait()
             writer.write(data)
             await writer.drain()
     writer.close()
@@ -37,6 +40,8 @@ class Forwarder:
         """The target database, reached through this forwarder."""
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
+        self._flowing = asyncio.Event()
+        self._flowing.set()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if self._host.startswith("/"):  # a Unix socket folder
@@ -45,7 +50,9 @@ class Forwarder:
         else:
             up_reader, up_writer = await asyncio.open_connection(self._host, self._port)
         self._writers |= {writer, up_writer}
-        await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
+        await asyncio.gather(
+            _pipe(reader, up_writer, self._flowing), _pipe(up_reader, writer, self._flowing)
+        )
 
     async def start_after(self, seconds: float) -> None:
         """Start listening `seconds` from now (the database "comes back")."""
@@ -56,6 +63,15 @@ class Forwarder:
         """Listen (again) on the same port."""
         if self._server is None:
             self._server = await asyncio.start_server(self._serve, "127.0.0.1", self.port)
+
+    def freeze(self) -> None:
+        """Hold every byte from now on, keeping the connections open (a network that stalls:
+        a query sent meanwhile gets no answer)."""
+        self._flowing.clear()
+
+    def thaw(self) -> None:
+        """Relay again, the held bytes first."""
+        self._flowing.set()
 
     async def stop(self) -> None:
         """Refuse new connections and cut the ones carried."""

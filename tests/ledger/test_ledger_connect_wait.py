@@ -102,3 +102,26 @@ async def test_the_heartbeat_logs_an_outage_once_when_it_begins_and_once_when_it
     finally:
         await ledger.close()
         await forwarder.stop()
+
+
+async def test_a_call_cancelled_while_the_pool_is_checked_after_a_disconnect_stops(
+    database_url: str,
+) -> None:
+    """The pool's check, run after each disconnect, swallows a cancel that lands while it tests
+    a connection: the cancelled heartbeat used to beat on, and `close()` waited for it forever."""
+    forwarder = Forwarder(database_url)
+    await forwarder.start()
+    ledger = await Ledger.connect(forwarder.url, min_size=1, max_size=1)
+    try:
+        forwarder.freeze()  # the check's query on the pooled connection gets no answer
+        checking = asyncio.create_task(ledger._after_disconnect())  # pyright: ignore[reportPrivateUsage]
+        await asyncio.sleep(0.5)
+        assert not checking.done()
+        checking.cancel()
+        forwarder.thaw()  # the query and the cancel request reach the server
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(checking, timeout=15.0)
+    finally:
+        forwarder.thaw()
+        await asyncio.wait_for(ledger.close(), timeout=15.0)
+        await forwarder.stop()

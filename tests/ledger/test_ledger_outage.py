@@ -115,6 +115,37 @@ async def test_an_outage_past_the_limit_stops_with_one_line(
     assert message.startswith("database unreachable for more than 0.3 s (Postgres at /nowhere)")
 
 
+async def test_a_call_that_never_gets_through_gives_up_while_others_succeed(
+    ledger: Ledger,
+) -> None:
+    """Other calls of the same ledger succeed between its retries (a heartbeat ending the
+    shared outage each time): the call still gives up its limit after its own first failure."""
+    outage = Outage(0.5)
+    attempts = 0
+
+    async def unreachable() -> None:
+        nonlocal attempts
+        attempts += 1
+        await psycopg.AsyncConnection.connect("host=/nonexistent-rollout dbname=x")
+
+    async def heartbeat() -> None:
+        while True:
+            await ledger.list_runs()  # a real call that gets through
+            outage.succeeded()
+            await asyncio.sleep(0.05)
+
+    beating = asyncio.create_task(heartbeat())
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    try:
+        with pytest.raises(DatabaseUnavailable):
+            await asyncio.wait_for(run_retrying(outage, unreachable), timeout=10.0)
+    finally:
+        beating.cancel()
+    assert 0.5 <= loop.time() - began < 3.0
+    assert attempts >= 3
+
+
 async def test_a_bad_statement_is_not_retried(ledger: Ledger) -> None:
     attempts = 0
 

@@ -119,8 +119,16 @@ class LedgerConnection:
         self._outage = Outage(where=_where(url))
 
     async def _after_disconnect(self) -> None:
-        """Drop the pool's dead connections, so a retry does not take one of them."""
+        """Drop the pool's dead connections, so a retry does not take one of them.
+
+        The pool's check swallows a cancellation that arrives while it tests a connection (it
+        counts the connection as broken and goes on), so a cancel requested meanwhile is raised
+        here: a heartbeat or a call cancelled during an outage stops instead of going on.
+        """
         await self._pool.check()
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise asyncio.CancelledError
 
     @retried
     async def ride_out(self, call: Callable[[], Awaitable[Any]]) -> Any:

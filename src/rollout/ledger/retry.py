@@ -183,15 +183,22 @@ async def run_retrying(
     `on_disconnect` runs after each disconnect (the pool drops its dead connections there);
     `retryable` says which errors are disconnects. Back-off: the first retry at once (a pooled
     connection may just be stale), then 0.1 s, doubling up to 2 s.
+
+    The call also gives up `outage.limit_s` after its own first failure: other calls that
+    succeed meanwhile (a heartbeat) end the shared outage, and must not keep one call that
+    never gets through retrying for ever.
     """
     delay = 0.0
+    first_failure: float | None = None
     while True:
         try:
             result = await call()
         except (psycopg.OperationalError, IdleInTransactionSessionTimeout) as error:
             if not retryable(error):
                 raise
-            left = outage.failed(error)
+            now = time.monotonic()
+            first_failure = now if first_failure is None else first_failure
+            left = min(outage.failed(error), first_failure + outage.limit_s - now)
             if left <= 0:
                 raise outage.give_up(error) from None
             if on_disconnect is not None:
