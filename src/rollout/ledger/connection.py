@@ -105,6 +105,19 @@ def _where(url: str) -> str:
     return f"Postgres at {info.get('host') or 'localhost'}"
 
 
+def raise_if_cancelled() -> None:
+    """Raise CancelledError if the current task was asked to stop.
+
+    For a task's own loop (one never run inside `asyncio.timeout`): libraries under the ledger
+    can swallow a cancel that lands at the wrong moment (psycopg_pool's check while it tests a
+    connection; Python 3.11's `wait_for` when its wait ends at the same time), and a loop that
+    went on would never end.
+    """
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
+
+
 class LedgerConnection:
     """A pool of connections to the ledger database (the base of every concept's mixin)."""
 
@@ -126,9 +139,7 @@ class LedgerConnection:
         here: a heartbeat or a call cancelled during an outage stops instead of going on.
         """
         await self._pool.check()
-        task = asyncio.current_task()
-        if task is not None and task.cancelling():
-            raise asyncio.CancelledError
+        raise_if_cancelled()
 
     @retried
     async def ride_out(self, call: Callable[[], Awaitable[Any]]) -> Any:

@@ -24,12 +24,15 @@ from typing import LiteralString
 
 from psycopg.rows import class_row
 
-from rollout.ledger.connection import LedgerConnection, Pool, fetch_all
+from rollout.ledger.connection import LedgerConnection, Pool, fetch_all, raise_if_cancelled
 from rollout.ledger.errors import InvalidInput
 from rollout.ledger.inputs import not_empty
 from rollout.ledger.retry import is_disconnect
 
 log = logging.getLogger("rollout.ledger.processes")
+
+CLOSE_WAIT_S = 10.0
+"""How long `close()` waits for the cancelled heartbeat to end."""
 
 DEFAULT_INTERVAL = 2.0
 """Seconds between beats: one small upsert each, so cheap enough for every process."""
@@ -138,6 +141,7 @@ class ProcessesMixin(LedgerConnection):
         assert self._beat is not None
         failing: str | None = None  # the error last logged, so each is logged once
         while True:
+            raise_if_cancelled()  # a cancel the pool swallowed during the last beat
             await asyncio.sleep(float(self._beat["interval_s"]))  # type: ignore[arg-type]
             try:
                 await self._write_beat()
@@ -167,8 +171,10 @@ class ProcessesMixin(LedgerConnection):
         task, self._beat_task = self._beat_task, None
         if task is not None:
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            # Bounded: a library that swallows the cancel must not keep close() waiting.
+            done, _ = await asyncio.wait({task}, timeout=CLOSE_WAIT_S)
+            if not done:
+                log.warning("the heartbeat did not stop within %g s; closing anyway", CLOSE_WAIT_S)
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(5.0), self._pool.connection() as conn:
                     assert self._beat is not None
