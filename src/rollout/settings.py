@@ -11,6 +11,8 @@ Every process reads the same three variables, in one place:
 - `ROLLOUT_BLOB_URL`: a folder or `s3://bucket/prefix`; unset, `<state>/blobs`.
 - `ROLLOUT_DB_OUTAGE_S`: how long a process rides out an unreachable database (retrying with
   back-off) before it stops with a one-line message; default 60.
+- `ROLLOUT_LOG_MAX_MB`: the size at which the local supervisor rotates a role's log
+  (`<role>.log` becomes `<role>.log.1`, keeping three older files); default 100, 0 never rotates.
 
 `get_settings()` returns the `Settings` of the current environment. It is read once and kept;
 a changed environment (a test that sets a variable) is read again.
@@ -23,6 +25,8 @@ Example:
     '/srv/rollout/models'
     >>> settings.db_outage_s, Settings.from_environ({"ROLLOUT_DB_OUTAGE_S": "5"}).db_outage_s
     (60.0, 5.0)
+    >>> settings.log_max_bytes, Settings.from_environ({"ROLLOUT_LOG_MAX_MB": "0.5"}).log_max_bytes
+    (100000000, 500000)
 
     >>> import tempfile
     >>> root = Path(tempfile.mkdtemp())
@@ -49,9 +53,11 @@ STATE_DIR_VAR = "ROLLOUT_STATE_DIR"
 DATABASE_URL_VAR = "ROLLOUT_DATABASE_URL"
 BLOB_URL_VAR = "ROLLOUT_BLOB_URL"
 DB_OUTAGE_VAR = "ROLLOUT_DB_OUTAGE_S"
-ENVIRONMENT_VARIABLES = (STATE_DIR_VAR, DATABASE_URL_VAR, BLOB_URL_VAR, DB_OUTAGE_VAR)
+LOG_MAX_VAR = "ROLLOUT_LOG_MAX_MB"
+ENVIRONMENT_VARIABLES = (STATE_DIR_VAR, DATABASE_URL_VAR, BLOB_URL_VAR, DB_OUTAGE_VAR, LOG_MAX_VAR)
 DEFAULT_STATE_DIR = ".rollout"
 DEFAULT_DB_OUTAGE_S = 60.0
+DEFAULT_LOG_MAX_MB = 100.0
 
 
 WORKSPACE_MARK = "[tool.uv.workspace]"
@@ -77,16 +83,25 @@ class SettingsError(RolloutError, ValueError):
     """A setting's variable holds a value that cannot be used (the message names it)."""
 
 
-def _seconds(name: str, value: str | None) -> float:
+def _amount(name: str, value: str | None, default: float, unit: str) -> float:
+    """A variable's number >= 0 in `unit` (`default` when unset or empty)."""
     if not value:
-        return DEFAULT_DB_OUTAGE_S
+        return default
     try:
-        seconds = float(value)
+        amount = float(value)
     except ValueError:
-        seconds = -1.0
-    if not seconds >= 0:  # also refuses nan
-        raise SettingsError(f"{name} must be a number of seconds >= 0, got {value!r}")
-    return seconds
+        amount = -1.0
+    if not amount >= 0:  # also refuses nan
+        raise SettingsError(f"{name} must be a number of {unit} >= 0, got {value!r}")
+    return amount
+
+
+def _size(name: str, value: str | None, default_mb: float) -> int:
+    """A variable's size in megabytes (1,000,000 bytes), as bytes."""
+    megabytes = _amount(name, value, default_mb, "megabytes")
+    if megabytes == float("inf"):
+        raise SettingsError(f"{name} must be a finite number of megabytes, got {value!r}")
+    return int(megabytes * 1_000_000)
 
 
 @dataclass(frozen=True)
@@ -101,6 +116,8 @@ class Settings:
     """Where checkpoints and other blobs go: a folder or an `s3://` URL."""
     db_outage_s: float = DEFAULT_DB_OUTAGE_S
     """Seconds a process retries an unreachable database before it gives up."""
+    log_max_bytes: int = int(DEFAULT_LOG_MAX_MB * 1_000_000)
+    """The size at which a role's log is rotated (0: never)."""
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -112,7 +129,10 @@ class Settings:
             state_dir=state,
             database_url=env.get(DATABASE_URL_VAR) or None,
             blob_url=env.get(BLOB_URL_VAR) or str(state / "blobs"),
-            db_outage_s=_seconds(DB_OUTAGE_VAR, env.get(DB_OUTAGE_VAR)),
+            db_outage_s=_amount(
+                DB_OUTAGE_VAR, env.get(DB_OUTAGE_VAR), DEFAULT_DB_OUTAGE_S, "seconds"
+            ),
+            log_max_bytes=_size(LOG_MAX_VAR, env.get(LOG_MAX_VAR), DEFAULT_LOG_MAX_MB),
         )
 
     @property

@@ -2,10 +2,10 @@
 
 Global roles: the bridge and the runners. Per active run: an inference server, a gateway and a
 trainer. Each role is a separate `rollout <role>` process with the ledger's URL in its
-environment; its output goes to `<state_dir>/logs/<role>.log`. A role that dies is restarted
-(with back-off); because every role is a follower of the ledger and the blob store, a restart
-loses nothing. Ports are chosen once per run and recorded as run settings (`inference_url`,
-`gateway_url`), so a restarted role comes back at the same address.
+environment; its output goes to `<state_dir>/logs/<role>.log` (rotated by size: role_logs). A
+role that dies is restarted (with back-off); because every role is a follower of the ledger and
+the blob store, a restart loses nothing. Ports are chosen once per run and recorded as run
+settings (`inference_url`, `gateway_url`), so a restarted role comes back at the same address.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from typing import Any
 from rollout.launch.db_watch import watch_embedded
 from rollout.launch.failures import STOPPED_STATUSES, check_failures
 from rollout.launch.owner import owned_env, this_owner
+from rollout.launch.role_logs import rotate_if_large
 from rollout.ledger import Ledger, RunRecord
 from rollout.net.server import free_port
 from rollout.settings import Settings
@@ -258,6 +259,7 @@ class LocalSupervisor:
             while not stop.is_set():
                 if not await self.reconcile():
                     return
+                await asyncio.to_thread(self.rotate_logs)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), timeout=1.0)
         finally:
@@ -265,6 +267,12 @@ class LocalSupervisor:
             # Nobody waits for a clean stop when the owner died (kill -9 of `rollout train`):
             # a short grace, then SIGKILL, which loses nothing (roles are ledger followers).
             self.stop_all(grace=3.0 if this_owner().gone() else 15.0)
+
+    def rotate_logs(self) -> None:
+        """Rotate each role's log that has reached `ROLLOUT_LOG_MAX_MB` (role_logs)."""
+        for managed in list(self.processes.values()):
+            if rotate_if_large(managed.log_path, self.settings.log_max_bytes):
+                log.info("rotated %s", managed.log_path)
 
     def stop_all(self, grace: float = 15.0) -> None:
         for managed in list(self.processes.values()):
