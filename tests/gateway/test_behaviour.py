@@ -601,6 +601,28 @@ async def test_two_gateways_share_one_seat_without_losing_turns(
     assert [t.index for t in turns] == list(range(6))
 
 
+async def test_a_gateway_started_mid_episode_continues_the_seat(serve: Serve) -> None:
+    """A seat new to a gateway is taken to have no turns (its first request reads nothing
+    first); one that has turns (the gateway restarted mid-episode) finds index 0 taken, reads
+    the seat, and records the next index, extending the conversation it continues."""
+    first = await serve(["one", "two", "three"])
+    client = openai.AsyncOpenAI(base_url=first.server.base_url, api_key=first.key)
+    messages: list[Any] = [{"role": "user", "content": "count"}]
+    for _ in range(2):
+        reply = await client.chat.completions.create(model="m", messages=messages)
+        messages += [reply.choices[0].message.model_dump(exclude_none=True)]
+        messages += [{"role": "user", "content": "go on"}]
+    await first.server.stop()
+    restarted = await serve(["three"])
+    client = openai.AsyncOpenAI(base_url=restarted.server.base_url, api_key=first.key)
+    reply = await client.chat.completions.create(model="m", messages=messages)
+    assert reply.choices[0].message.content == "three"
+    turns = await first.turns()
+    assert [t.index for t in turns] == [0, 1, 2]
+    assert [t.extends_previous for t in turns] == [False, True, True]
+    assert turns[2].prompt_tokens[: len(turns[1].prompt_tokens)] == turns[1].prompt_tokens
+
+
 async def test_multiple_tool_calls_in_one_reply(serve: Serve) -> None:
     two_calls = TOOL_REPLY + "\n" + TOOL_REPLY.replace('"a": 2', '"a": 4')
     served = await serve(lambda prompt: FINAL_REPLY if "<tool_response>" in prompt else two_calls)

@@ -1,10 +1,11 @@
 """What the gateway keeps in memory per seat (episode, agent, attempt).
 
-A `Seat` holds a lock that orders the seat's recordings, the last recorded turn (read from the
-ledger once, then kept up to date) and the few most recent turns by fingerprint, with their
-prompt's text when it is known, so the common case (a client sending back the reply it just
-got) builds its prompt with no ledger read and no second rendering. `SeatCache` keeps the most
-recently used seats; the ledger stays the truth, so a dropped seat is simply read again.
+A `Seat` holds a lock that orders the seat's recordings, the last recorded turn (kept up to date
+by each recording; read from the ledger only when a recording finds its index taken) and the few
+most recent turns by fingerprint, with their prompt's text when it is known, so the common case
+(a client sending back the reply it just got) builds its prompt with no ledger read and no
+second rendering. `SeatCache` keeps the most recently used seats; the ledger stays the truth, so
+a dropped seat is simply read again.
 """
 
 from __future__ import annotations
@@ -30,8 +31,12 @@ class Seat:
 
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     last: Turn | None = None
-    loaded: bool = False
-    """Whether `last` was read from the ledger (False: read it before the next recording)."""
+    loaded: bool = True
+    """Whether `last` is taken as current (False: read it from the ledger before the next
+    recording). A seat new to this gateway is taken to have no turns, which is true of every
+    seat's first request, so that request reads nothing first; when it is not true (this
+    gateway restarted mid-episode, another gateway has the seat, the seat was dropped from the
+    cache), recording under index 0 finds the index taken and the seat is read then."""
     recent: OrderedDict[str, tuple[Turn, str | None]] = field(default_factory=OrderedDict)
     """Recently recorded turns by fingerprint, with their prompt's text when known."""
 
