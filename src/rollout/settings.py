@@ -1,6 +1,6 @@
 """Where the platform keeps its state and finds its services: one object, read from the environment.
 
-Every process reads the same three variables, in one place:
+Every process reads the same variables, in one place:
 
 - `ROLLOUT_STATE_DIR`: the state folder; unset, the project's `.rollout` found the way git finds
   `.git` (`find_state_dir`: the first folder up from the current one that holds `.rollout/` or

@@ -36,11 +36,13 @@ def rotated(path: Path, number: int) -> Path:
 
 def rotate_if_large(path: Path, max_bytes: int, keep: int = KEEP) -> bool:
     """Rotate the log `path` if it has reached `max_bytes` (0: never); whether it did."""
+    if max_bytes <= 0:
+        return False
     try:
         size = path.stat().st_size
     except FileNotFoundError:
         return False
-    if max_bytes <= 0 or size < max_bytes:
+    if size < max_bytes:
         return False
     for number in range(keep - 1, 0, -1):
         older = rotated(path, number)
