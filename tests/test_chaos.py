@@ -5,11 +5,13 @@
 child of the run's supervisor (`rollout up`: runner, gateway, inference server, trainer,
 bridge, ...) or, a few times, the embedded Postgres. After each kill it waits until that kind is
 back (a new process of the kind; for Postgres, a query answered), recording the recovery time,
-plus a random pause. (Near the run's end the trainer is killed next, so that the run outlasts
-the kills.) The run must then finish its steps, and the ledger must show: checkpoint
-versions 0..N once each on one parent chain, trainer lease epochs that never go back, every
-consumed group trained once and complete, every seat's end written by its final attempt, every
-turn belonging to exactly one attempt, and nothing left running.
+plus a random pause. Near the run's end, a trainer that takes the trainer lease over is also
+killed at once (LeaseGuard), so that the run outlasts the kills: a dead holder's lease lasts
+30 s, and on a fast machine its successor trains the last steps within a second of taking it.
+The run must then finish its steps, and the ledger must show: checkpoint versions 0..N once
+each on one parent chain, trainer lease epochs that never go back, every consumed group trained
+once and complete, every seat's end written by its final attempt, every turn belonging to
+exactly one attempt, and nothing left running.
 
 Replay a failure with `ROLLOUT_CHAOS_SEED=<the printed seed>` (the same choices of kind and
 pauses; the moments still depend on the machine). `pytest -s` prints the schedule as it goes
@@ -19,6 +21,7 @@ and a recovery table (count, median, max seconds per kind).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -91,14 +94,81 @@ def _answers(url: str) -> bool:
         return False
 
 
-def _wait(what: str, ready: Callable[[], T | None], timeout: float = RECOVERY_TIMEOUT) -> T:
+class LeaseGuard:
+    """Near the run's end (step STEPS - 2 recorded), kill -9 the supervisor's trainer as soon as
+    it holds the run's trainer lease, so that the run cannot finish before the kills do.
+
+    Called while the test waits (every 50 ms); reads the ledger on a connection of its own,
+    opened again after a Postgres kill. `killed`: the trainers it killed.
+    """
+
+    def __init__(self, url: str, run_id: str, up: int) -> None:
+        self.url = url
+        self.run_id = run_id
+        self.up = up
+        self.killed: set[int] = set()
+        self._conn: psycopg.Connection | None = None
+
+    def _holder(self) -> str | None:
+        """The lease's holder once the run is near its end, else None."""
+        try:
+            if self._conn is None or self._conn.closed:
+                self._conn = psycopg.connect(self.url, connect_timeout=1, autocommit=True)
+            row = self._conn.execute(
+                "SELECT (SELECT coalesce(max(step), 0) FROM train_steps WHERE run_id = %s),"
+                " (SELECT holder FROM leases WHERE name = %s)",
+                (self.run_id, f"trainer:{self.run_id}"),
+            ).fetchone()
+        except psycopg.Error:
+            self.close()
+            return None
+        if row is None or row[0] < STEPS - 2 or row[1] is None:
+            return None
+        return str(row[1])
+
+    def __call__(self) -> None:
+        holder = self._holder()
+        if holder is None:
+            return
+        pid = int(holder.rsplit("-", 1)[1])  # trainer-HOST-PID (TrainerLoop.holder)
+        if pid in self.killed or not alive(pid):
+            return
+        if pid in _children(self.up).get("trainer", []):
+            os.kill(pid, signal.SIGKILL)
+            self.killed.add(pid)
+            print(f"  the lease holder killed (trainer {pid}), near the run's end")
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+def _no_guard() -> None:
+    pass
+
+
+def _wait(
+    what: str,
+    ready: Callable[[], T | None],
+    timeout: float = RECOVERY_TIMEOUT,
+    guard: Callable[[], None] = _no_guard,
+) -> T:
     deadline = time.monotonic() + timeout
     while True:
         value = ready()
         if value:
             return value  # truthy, so not None
         assert time.monotonic() < deadline, f"{what} not back within {timeout} s"
+        guard()
         time.sleep(0.05)
+
+
+def _pause(seconds: float, guard: Callable[[], None]) -> None:
+    until = time.monotonic() + seconds
+    while (left := until - time.monotonic()) > 0:
+        guard()
+        time.sleep(min(0.05, left))
 
 
 def _first_step(url: str, train: subprocess.Popen[str]) -> str:
@@ -135,26 +205,29 @@ def _kill_one(
     state: Path,
     postgres_left: int,
     kills_left: int,
-    trainer: bool = False,
+    guard: LeaseGuard,
 ) -> tuple[str, float]:
-    """Kill -9 one random role (or Postgres; or the trainer when `trainer`); wait until its
-    kind is back. Returns the kind and the recovery time in seconds."""
-    roles = _wait("a role", lambda: _children(up) or None)
-    if trainer:
-        roles = {"trainer": roles["trainer"]} if roles.get("trainer") else roles
+    """Kill -9 one random role (or Postgres); wait until its kind is back (`guard` runs while
+    it waits). Returns the kind and the recovery time in seconds."""
+    roles = _wait("a role", lambda: _children(up) or None, guard=guard)
     # Postgres kills are spread over the schedule: the chance is what is left over what is left.
     if postgres_left and rng.random() < postgres_left / kills_left:
-        pid = _wait("the embedded Postgres", lambda: embedded_pid(state))
+        pid = _wait("the embedded Postgres", lambda: embedded_pid(state), guard=guard)
         os.kill(pid, signal.SIGKILL)
         killed = time.monotonic()
-        _wait("Postgres", lambda: embedded_pid(state) not in (None, pid) and _answers(url))
+        _wait(
+            "Postgres",
+            lambda: embedded_pid(state) not in (None, pid) and _answers(url),
+            guard=guard,
+        )
         return "postgres", time.monotonic() - killed
     kind = rng.choice(sorted(roles))
     old = set(roles[kind])
     for pid in old:
-        os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):  # LeaseGuard's kill, already reaped
+            os.kill(pid, signal.SIGKILL)
     killed = time.monotonic()
-    _wait(kind, lambda: set(_children(up).get(kind, [])) - old)
+    _wait(kind, lambda: set(_children(up).get(kind, [])) - old, guard=guard)
     return kind, time.monotonic() - killed
 
 
@@ -202,38 +275,35 @@ def test_a_run_survives_50_random_kill_9s(embedded_state_dir: Path) -> None:
     )  # fmt: skip
     recoveries: dict[str, list[float]] = defaultdict(list)
     held: set[tuple[str, int, int]] = set()
-    trainer_killed_at = 0.0
+    guard: LeaseGuard | None = None
     try:
         run_id = _first_step(url, train)
         up = _supervisor(run_id)
+        guard = LeaseGuard(url, run_id, up)
         print(f"train step 1 after {time.monotonic() - began:.1f} s; run {run_id}")
         for index in range(KILLS):
             assert train.poll() is None, f"the run ended at kill {index}: {train.communicate()}"
             assert time.monotonic() < began + BUDGET_S, f"over {BUDGET_S} s at kill {index}"
             left = postgres_kills - len(recoveries["postgres"])
             before = time.time()
-            # The run must outlast the kills: near its end, a trainer that may hold the lease
-            # (none was killed in the last 20 s; a dead one's lease lasts 30 s) is killed next.
-            near_end = _last_step(url, run_id) >= STEPS - 2
-            force = near_end and time.monotonic() - trainer_killed_at > 20
-            kind, seconds = _kill_one(
-                rng, up, url, embedded_state_dir, left, KILLS - index, trainer=force
-            )
-            if kind == "trainer":
-                trainer_killed_at = time.monotonic() - seconds
+            kind, seconds = _kill_one(rng, up, url, embedded_state_dir, left, KILLS - index, guard)
             recoveries[kind].append(seconds)
             if kind == "runner":  # its seats are played again once their claims expire
-                time.sleep(max(0.0, 0.5 - seconds))  # a commit already on its way lands first
+                _pause(0.5 - seconds, guard)  # a commit already on its way lands first
                 held |= _held(url, run_id, before)
             pause = rng.random()
-            note = " (trainer forced)" if force else ""
             print(f"kill {index + 1:2d} at {time.monotonic() - began:6.1f} s: {kind} back in"
-                  f" {seconds:.2f} s, pause {pause:.2f} s{note}")  # fmt: skip
-            time.sleep(pause)
+                  f" {seconds:.2f} s, pause {pause:.2f} s")  # fmt: skip
+            _pause(pause, guard)
         killed_until = time.monotonic()
         print(f"at step {_last_step(url, run_id)} of {STEPS} after the kills")
         out, err = train.communicate(timeout=max(1.0, began + BUDGET_S - time.monotonic()))
+    except BaseException:
+        _explain(url, embedded_state_dir, train)
+        raise
     finally:
+        if guard is not None:
+            guard.close()
         if train.poll() is None:
             train.kill()
             train.wait()
@@ -242,6 +312,7 @@ def test_a_run_survives_50_random_kill_9s(embedded_state_dir: Path) -> None:
     print(f"{'kind':<10} {'count':>5} {'median s':>9} {'max s':>7}")
     for kind, times in sorted(recoveries.items()):
         print(f"{kind:<10} {len(times):>5} {statistics.median(times):>9.2f} {max(times):>7.2f}")
+    print(f"and {len(guard.killed) if guard else 0} lease holders killed near the end")
     assert sum(map(len, recoveries.values())) == KILLS
     assert len(recoveries["postgres"]) == postgres_kills
     assert train.returncode == 0, err[-3000:]
@@ -250,6 +321,28 @@ def test_a_run_survives_50_random_kill_9s(embedded_state_dir: Path) -> None:
     left = _with_run_id(run_id)  # the supervisor and its roles have stopped
     assert not left, [_argv(pid) for pid in left]
     _check_ledger(url, run_id, trainer_killed=bool(recoveries["trainer"]), held=held)
+
+
+def _explain(url: str, state: Path, train: subprocess.Popen[str]) -> None:
+    """Print what a failed chaos run left: the runs' settings, `rollout train`'s output and the
+    end of each role's log (the state folder is deleted after the test)."""
+    if train.poll() is None:
+        train.kill()
+    out, err = train.communicate()
+    print(f"rollout train exit code {train.returncode}; stdout: {out[-2000:]}")
+    print(f"rollout train stderr (end): {err[-3000:]}")
+    try:
+        with psycopg.connect(url, connect_timeout=5) as conn:
+            for row in conn.execute(
+                "SELECT run_id, key, value FROM current_settings WHERE key <> 'internal_secret'"
+            ).fetchall():
+                print("setting", *row)
+    except psycopg.Error as error:
+        print(f"the ledger cannot be read: {error}")
+    for log_file in sorted((state / "logs").glob("*.log")):
+        lines = log_file.read_text(errors="replace").splitlines()
+        print(f"--- {log_file.name} (last 40 of {len(lines)} lines)")
+        print("\n".join(lines[-40:]))
 
 
 def _check_ledger(
