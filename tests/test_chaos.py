@@ -40,6 +40,7 @@ import pytest
 
 from rollout.ledger import apply_migrations
 from rollout.ledger.embedded import database_url, embedded_pid
+from rollout.ledger.runs import SECRET_SETTINGS
 from tests.live_run import alive
 
 KILLS = 50
@@ -49,6 +50,7 @@ GROUPS = 2
 RECOVERY_TIMEOUT = 60.0
 BUDGET_S = 360.0
 """A hard cap on the whole test (it takes ~2-3.5 minutes on 2 busy cores): it cannot hang."""
+LAST_STEP = "SELECT coalesce(max(step), 0) FROM train_steps WHERE run_id = %s"
 T = TypeVar("T")
 
 
@@ -114,17 +116,16 @@ class LeaseGuard:
         try:
             if self._conn is None or self._conn.closed:
                 self._conn = psycopg.connect(self.url, connect_timeout=1, autocommit=True)
-            row = self._conn.execute(
-                "SELECT (SELECT coalesce(max(step), 0) FROM train_steps WHERE run_id = %s),"
-                " (SELECT holder FROM leases WHERE name = %s)",
-                (self.run_id, f"trainer:{self.run_id}"),
+            step = self._conn.execute(LAST_STEP, (self.run_id,)).fetchone()
+            holder = self._conn.execute(
+                "SELECT holder FROM leases WHERE name = %s", (f"trainer:{self.run_id}",)
             ).fetchone()
         except psycopg.Error:
             self.close()
             return None
-        if row is None or row[0] < STEPS - 2 or row[1] is None:
+        if step is None or step[0] < STEPS - 2 or holder is None:
             return None
-        return str(row[1])
+        return str(holder[0])
 
     def __call__(self) -> None:
         holder = self._holder()
@@ -233,9 +234,7 @@ def _kill_one(
 
 def _last_step(url: str, run_id: str) -> int:
     with psycopg.connect(url) as conn:
-        row = conn.execute(
-            "SELECT coalesce(max(step), 0) FROM train_steps WHERE run_id = %s", (run_id,)
-        ).fetchone()
+        row = conn.execute(LAST_STEP, (run_id,)).fetchone()
     return int(row[0]) if row else 0
 
 
@@ -334,7 +333,8 @@ def _explain(url: str, state: Path, train: subprocess.Popen[str]) -> None:
     try:
         with psycopg.connect(url, connect_timeout=5) as conn:
             for row in conn.execute(
-                "SELECT run_id, key, value FROM current_settings WHERE key <> 'internal_secret'"
+                "SELECT run_id, key, value FROM current_settings WHERE NOT key = ANY(%s)",
+                (sorted(SECRET_SETTINGS),),
             ).fetchall():
                 print("setting", *row)
     except psycopg.Error as error:
