@@ -10,6 +10,7 @@ import psycopg
 import pytest
 
 from rollout.ledger import EpisodeSpec, InvalidInput, Ledger, RunRecord
+from tests.ledger.forwarder import Forwarder
 from tests.ledger.ledger_helpers import turn_for
 
 MakeLedger = Callable[..., Awaitable[Ledger]]
@@ -122,3 +123,27 @@ async def test_turns_and_claims_notify_nobody_and_seat_ends_do(
         assert sorted(heard) == ["ends", "groups"]
     with pytest.raises(InvalidInput, match="'turns'"):
         await ledger.wait("turns", timeout=0.1)
+
+
+async def test_a_wait_that_began_while_the_listener_was_down_wakes_when_it_is_back(
+    database_url: str, make_ledger: MakeLedger, run: RunRecord
+) -> None:
+    """A write made while the LISTEN connection is down sends a NOTIFY nobody hears; a wait on a
+    key nobody waited on before the drop must still wake once the listener is back."""
+    forwarder = Forwarder(database_url)
+    await forwarder.start()
+    follower = await Ledger.connect(forwarder.url)
+    writer = await make_ledger()
+    try:
+        assert await follower.listen()
+        await forwarder.stop()  # the listener's connection is cut; it polls meanwhile
+        await asyncio.sleep(0.2)
+        assert await writer.set_setting(run.run_id, "paused", True)  # heard by nobody
+        back = asyncio.create_task(forwarder.start_after(0.5))
+        began = time.monotonic()
+        assert await follower.wait("settings", timeout=10.0, run_id=run.run_id)
+        assert time.monotonic() - began < 8.0
+        await back
+    finally:
+        await follower.close()
+        await forwarder.stop()

@@ -8,7 +8,7 @@ notification that lands while a follower is busy querying is not lost; otherwise
 `timeout` and returns False, which is the polling fallback. When the connection drops, waits time
 out (polling) until it is back (it reconnects every `reconnect_delay` and LISTENs on every
 channel again), and every key counts as notified once on reconnect, since notifications may
-have been missed.
+have been missed; so does any wait that began while it was down and outlasts the reconnect.
 
 `WakeupsMixin` gives the `Ledger` its `listen` and `wait`.
 """
@@ -147,9 +147,15 @@ class Listener:
     ) -> bool:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
+        keys: list[_Key] = [(channel, run_id) for channel in channels]
+        reconnecting = self._connected_once and not self._ready.is_set()
         if not await self.ready(timeout):
             return False
-        keys: list[_Key] = [(channel, run_id) for channel in channels]
+        if reconnecting:
+            # Anything may have been written while it was down, with no NOTIFY heard; a key
+            # nobody waited on before the drop is not among those `_wake_all` bumps.
+            self._take(keys)
+            return True
         if self._take(keys):
             return True
         events = [self._events.setdefault(key, asyncio.Event()) for key in keys]
