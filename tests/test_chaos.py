@@ -41,7 +41,7 @@ import pytest
 from rollout.ledger import apply_migrations
 from rollout.ledger.embedded import database_url, embedded_pid
 from rollout.ledger.runs import SECRET_SETTINGS
-from tests.live_run import alive
+from rollout.procs import process_alive
 
 KILLS = 50
 POSTGRES_KILLS = (3, 5)
@@ -84,7 +84,7 @@ def _with_run_id(run_id: str) -> list[int]:
     return [
         int(e.name)
         for e in Path("/proc").iterdir()
-        if e.name.isdigit() and run_id in _argv(int(e.name)) and alive(int(e.name))
+        if e.name.isdigit() and run_id in _argv(int(e.name)) and process_alive(int(e.name))
     ]
 
 
@@ -132,7 +132,7 @@ class LeaseGuard:
         if holder is None:
             return
         pid = int(holder.rsplit("-", 1)[1])  # trainer-HOST-PID (TrainerLoop.holder)
-        if pid in self.killed or not alive(pid):
+        if pid in self.killed or not process_alive(pid):
             return
         if pid in _children(self.up).get("trainer", []):
             os.kill(pid, signal.SIGKILL)
