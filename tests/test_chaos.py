@@ -40,6 +40,7 @@ import pytest
 
 from rollout.ledger import apply_migrations
 from rollout.ledger.embedded import database_url, embedded_pid
+from rollout.ledger.leases import trainer_lease
 from rollout.ledger.runs import SECRET_SETTINGS
 from rollout.procs import process_alive
 
@@ -118,7 +119,7 @@ class LeaseGuard:
                 self._conn = psycopg.connect(self.url, connect_timeout=1, autocommit=True)
             step = self._conn.execute(LAST_STEP, (self.run_id,)).fetchone()
             holder = self._conn.execute(
-                "SELECT holder FROM leases WHERE name = %s", (f"trainer:{self.run_id}",)
+                "SELECT holder FROM leases WHERE name = %s", (trainer_lease(self.run_id),)
             ).fetchone()
         except psycopg.Error:
             self.close()

@@ -32,6 +32,7 @@ from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
 from rollout.ledger import Ledger, RunRecord
+from rollout.ledger.leases import lease_role, trainer_lease, trainer_run
 from rollout.ledger.runs import shown_settings
 from rollout.monitor.errors import BadParameter, bounded
 from rollout.monitor.queries import _run_state as run_state
@@ -180,9 +181,9 @@ class MonitorStore:
               (SELECT jsonb_build_object('holder', holder, 'epoch', epoch,
                  'expires_at', extract(epoch FROM expires_at)::float8,
                  'alive', expires_at > now())
-               FROM leases WHERE name = 'trainer:' || %(r)s)
+               FROM leases WHERE name = %(lease)s)
             """,
-            {"r": run_id},
+            {"r": run_id, "lease": trainer_lease(run_id)},
         )
         names = ("seats", "seats_running", "seats_ended", "seats_failed", "turns")
         names += ("groups_consumed", "train_steps")
@@ -339,13 +340,12 @@ class MonitorStore:
             "SELECT name, holder, epoch, extract(epoch FROM expires_at)::float8,"
             " extract(epoch FROM acquired_at)::float8 FROM leases ORDER BY name LIMIT 1000"
         ):
-            role, _, subject = name.partition(":")
             items.append(
                 {
-                    "role": role,
+                    "role": lease_role(name),
                     "id": holder,
                     "host": host_of(holder),
-                    "run_id": subject if role == "trainer" else None,
+                    "run_id": trainer_run(name),
                     "last_seen": min(now, expires),
                     "state": "alive" if expires > now else "dead",
                     "detail": {
