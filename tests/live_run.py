@@ -50,12 +50,3 @@ def role_pids(run_id: str) -> dict[str, list[int]]:
         if role in found:
             found[role].append(int(entry.name))
     return found
-
-
-def alive(pid: int) -> bool:
-    """Whether process `pid` runs (a zombie, killed but not yet reaped, does not)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"

@@ -40,8 +40,9 @@ import pytest
 
 from rollout.ledger import apply_migrations
 from rollout.ledger.embedded import database_url, embedded_pid
+from rollout.ledger.leases import trainer_lease
 from rollout.ledger.runs import SECRET_SETTINGS
-from tests.live_run import alive
+from rollout.procs import process_alive
 
 KILLS = 50
 POSTGRES_KILLS = (3, 5)
@@ -84,7 +85,7 @@ def _with_run_id(run_id: str) -> list[int]:
     return [
         int(e.name)
         for e in Path("/proc").iterdir()
-        if e.name.isdigit() and run_id in _argv(int(e.name)) and alive(int(e.name))
+        if e.name.isdigit() and run_id in _argv(int(e.name)) and process_alive(int(e.name))
     ]
 
 
@@ -118,7 +119,7 @@ class LeaseGuard:
                 self._conn = psycopg.connect(self.url, connect_timeout=1, autocommit=True)
             step = self._conn.execute(LAST_STEP, (self.run_id,)).fetchone()
             holder = self._conn.execute(
-                "SELECT holder FROM leases WHERE name = %s", (f"trainer:{self.run_id}",)
+                "SELECT holder FROM leases WHERE name = %s", (trainer_lease(self.run_id),)
             ).fetchone()
         except psycopg.Error:
             self.close()
@@ -132,7 +133,7 @@ class LeaseGuard:
         if holder is None:
             return
         pid = int(holder.rsplit("-", 1)[1])  # trainer-HOST-PID (TrainerLoop.holder)
-        if pid in self.killed or not alive(pid):
+        if pid in self.killed or not process_alive(pid):
             return
         if pid in _children(self.up).get("trainer", []):
             os.kill(pid, signal.SIGKILL)

@@ -17,10 +17,11 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1] / "src" / "rollout"
 
 LAYERS: dict[str, int] = {
-    # 1: the shared vocabulary, the error root, the settings
+    # 1: the shared vocabulary, the error root, the settings, local processes
     "contracts": 1,
     "errors": 1,
     "settings": 1,
+    "procs": 1,
     # 3: storage, rendering, models, HTTP
     "ledger": 3,
     "blobs": 3,

@@ -6,10 +6,11 @@ import asyncio
 
 from rollout.gateway.admission import LagGate
 from rollout.ledger import CheckpointRecord, Ledger
+from rollout.ledger.leases import trainer_lease
 
 
 async def publish(ledger: Ledger, run_id: str, version: int) -> None:
-    lease = await ledger.acquire_lease(f"trainer:{run_id}", "trainer-test")
+    lease = await ledger.acquire_lease(trainer_lease(run_id), "trainer-test")
     await ledger.record_checkpoint(
         lease,
         CheckpointRecord(

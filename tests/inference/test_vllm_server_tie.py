@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from rollout.ledger.embedded import process_alive
+from rollout.procs import process_alive
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="a Linux parent-death signal")
 

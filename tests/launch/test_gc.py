@@ -14,6 +14,7 @@ import pytest
 from rollout.blobs import BlobStore
 from rollout.inference.weights_cache import fetch, weights_folder
 from rollout.ledger import CheckpointRecord, Ledger
+from rollout.ledger.leases import trainer_lease
 from rollout.training import retention
 from rollout.training.loop import checkpoint_uri
 
@@ -23,7 +24,7 @@ WEIGHT_BYTES = 4096
 async def _train(ledger: Ledger, blobs: BlobStore, name: str, versions: int) -> str:
     """A run with `versions` checkpoints (each with a `local` conversion) in the blob store."""
     run = await ledger.create_run(name, "parity.environment:environment", {})
-    lease = await ledger.acquire_lease(f"trainer:{run.run_id}", "test-trainer")
+    lease = await ledger.acquire_lease(trainer_lease(run.run_id), "test-trainer")
     for version in range(versions):
         local = blobs.path("scratch") / f"v{version}"  # type: ignore[attr-defined]
         local.mkdir(parents=True, exist_ok=True)

@@ -14,7 +14,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tests.live_run import alive
+from rollout.procs import process_alive
 from tests.live_run import wait_for_step as _wait_for_step
 
 
@@ -63,10 +63,10 @@ def test_kill_9_of_train_stops_every_role(database_url: str, tmp_path: Path) -> 
         train.send_signal(signal.SIGKILL)
         train.wait(10)
         killed_at = time.monotonic()
-        while any(alive(pid) for pid in started) and time.monotonic() - killed_at < 30:
+        while any(process_alive(pid) for pid in started) and time.monotonic() - killed_at < 30:
             time.sleep(0.2)
         gone_after = time.monotonic() - killed_at
-        left = [pid for pid in started if alive(pid)]
+        left = [pid for pid in started if process_alive(pid)]
     finally:
         if train.poll() is None:
             train.kill()

@@ -17,11 +17,12 @@ from rollout.launch.new_run import create_run, training_config
 from rollout.launch.progress import TrainingProgress, watch_training
 from rollout.launch.summary import print_summary, summarize
 from rollout.ledger import CheckpointRecord, Lease, Ledger
+from rollout.ledger.leases import trainer_lease
 from rollout.training.config import RunConfig, RunSpec
 
 
 async def _trainer(ledger: Ledger, run_id: str) -> Lease:
-    return await ledger.acquire_lease(f"trainer:{run_id}", "test-trainer")
+    return await ledger.acquire_lease(trainer_lease(run_id), "test-trainer")
 
 
 async def _step(ledger: Ledger, lease: Lease, run_id: str, step: int, reward: float) -> None:

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from rollout.ledger import Ledger
-from rollout.monitor.store import MonitorStore
+from rollout.ledger.monitor import MonitorReads
 from tests.ledger.forwarder import Forwarder
 
 
@@ -20,14 +20,16 @@ async def test_the_monitors_reads_ride_out_an_outage(
 ) -> None:
     forwarder = Forwarder(database_url)
     await forwarder.start()
-    store = await MonitorStore.open(forwarder.url)
+    ledger = await Ledger.connect(forwarder.url, max_size=2)
+    reads = await MonitorReads.open(ledger)
     try:
-        assert await store.fetch("SELECT 1") == [(1,)]
+        await ledger.create_run("steady", "parity.environment:environment", {})
+        assert [run["name"] for run in await reads.runs(offset=0, limit=5)] == ["steady"]
         await forwarder.stop()  # its pooled connections are cut, new ones refused
         back = asyncio.create_task(forwarder.start_after(1.0))
         began = time.monotonic()
         with caplog.at_level(logging.WARNING, logger="rollout.ledger"):
-            assert await store.fetch("SELECT 2") == [(2,)]
+            assert [run["name"] for run in await reads.runs(offset=0, limit=5)] == ["steady"]
         await back
         assert 0.9 <= time.monotonic() - began < 20.0
         lines = [record.getMessage() for record in caplog.records]
@@ -35,7 +37,8 @@ async def test_the_monitors_reads_ride_out_an_outage(
         assert lines[0].startswith("database unreachable, retrying for up to 60 s")
         assert lines[1].startswith("database reachable again after")
     finally:
-        await store.close()
+        await reads.close()
+        await ledger.close()
         await forwarder.stop()
 
 

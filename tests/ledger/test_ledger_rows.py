@@ -18,6 +18,7 @@ from rollout.ledger import (
     SeatState,
     ServingRecord,
 )
+from rollout.ledger.leases import trainer_lease
 
 
 async def test_every_record_reads_back_field_by_field(ledger: Ledger) -> None:
@@ -92,8 +93,8 @@ async def test_every_record_reads_back_field_by_field(ledger: Ledger) -> None:
     assert ended == SeatState(agent=0, attempt=1, runner="runner-7", expires_at=None, ended=True)
     assert waiting == SeatState(agent=1, attempt=0, runner=None, expires_at=None, ended=False)
 
-    lease = await ledger.acquire_lease(f"trainer:{rid}", "holder-3", ttl_seconds=40)
-    assert (lease.name, lease.holder, lease.epoch) == (f"trainer:{rid}", "holder-3", 1)
+    lease = await ledger.acquire_lease(trainer_lease(rid), "holder-3", ttl_seconds=40)
+    assert (lease.name, lease.holder, lease.epoch) == (trainer_lease(rid), "holder-3", 1)
     assert lease.expires_at > record.created_at
     checkpoint = CheckpointRecord(rid, 6, 4, "blobs/v6", "lora", 0.0, {"rank": 8})
     assert await ledger.record_train_step(lease, rid, 6, [], {"loss": 0.125}, checkpoint)

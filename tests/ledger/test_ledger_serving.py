@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from rollout.ledger import Ledger, RunRecord, ServingRecord, StaleFence
+from rollout.ledger.leases import trainer_lease
 
 
 async def test_conversions_are_recorded_once(ledger: Ledger, run: RunRecord) -> None:
@@ -24,7 +25,7 @@ async def test_conversions_are_recorded_once(ledger: Ledger, run: RunRecord) -> 
 async def test_serving_is_fenced_and_the_latest_wins(ledger: Ledger, run: RunRecord) -> None:
     rid = run.run_id
     assert await ledger.serving(rid) is None
-    lease = await ledger.acquire_lease(f"trainer:{rid}", "a", ttl_seconds=0.05)
+    lease = await ledger.acquire_lease(trainer_lease(rid), "a", ttl_seconds=0.05)
     assert await ledger.set_serving(lease, ServingRecord(rid, 0, {"local": "v0"}, 0.0))
     assert not await ledger.set_serving(lease, ServingRecord(rid, 0, {"local": "v0"}, 0.0))
     assert await ledger.set_serving(lease, ServingRecord(rid, 1, {"local": "v1"}, 0.0))
@@ -32,7 +33,7 @@ async def test_serving_is_fenced_and_the_latest_wins(ledger: Ledger, run: RunRec
     assert current is not None and (current.version, current.uris) == (1, {"local": "v1"})
 
     await asyncio.sleep(0.1)
-    await ledger.acquire_lease(f"trainer:{rid}", "b")
+    await ledger.acquire_lease(trainer_lease(rid), "b")
     with pytest.raises(StaleFence):
         await ledger.set_serving(lease, ServingRecord(rid, 2, {"local": "v2"}, 0.0))
     current = await ledger.serving(rid)

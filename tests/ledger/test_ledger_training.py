@@ -16,6 +16,7 @@ from rollout.ledger import (
     SeatClaim,
     StaleFence,
 )
+from rollout.ledger.leases import trainer_lease
 from tests.ledger.ledger_helpers import turn_for
 
 
@@ -44,7 +45,7 @@ async def _play(ledger: Ledger, run_id: str, *, status: str = "completed") -> li
 async def test_lease_is_renewed_by_its_holder_and_taken_over_when_expired(
     ledger: Ledger, run: RunRecord
 ) -> None:
-    name = f"trainer:{run.run_id}"
+    name = trainer_lease(run.run_id)
     first = await ledger.acquire_lease(name, "a", ttl_seconds=0.5)
     assert (first.name, first.holder, first.epoch) == (name, "a", 1)
     renewed = await ledger.acquire_lease(name, "a", ttl_seconds=0.5)
@@ -84,7 +85,7 @@ async def test_complete_groups_returns_only_fully_ended_unconsumed_groups(
         assert [(e.agent, e.status) for e in episode.ends] == [(0, "completed"), (1, "failed")]
         assert episode.ended
 
-    lease = await ledger.acquire_lease(f"trainer:{rid}", "t")
+    lease = await ledger.acquire_lease(trainer_lease(rid), "t")
     assert await ledger.record_train_step(lease, rid, 1, [0], {"loss": 0.5}, checkpoint(rid, 1, 0))
     assert await ledger.complete_groups(rid, 10) == []  # consumed groups never come back
     await _play(ledger, rid)
@@ -98,7 +99,7 @@ async def test_record_train_step_records_step_checkpoint_and_is_idempotent(
     rid = run.run_id
     await ledger.add_episodes(rid, [EpisodeSpec(g, 0, {}, g) for g in range(2)])
     await _play(ledger, rid)
-    lease = await ledger.acquire_lease(f"trainer:{rid}", "t")
+    lease = await ledger.acquire_lease(trainer_lease(rid), "t")
     assert await ledger.record_train_step(lease, rid, 0, [], {}, checkpoint(rid, 0))
     assert await ledger.record_train_step(
         lease, rid, 1, [0, 1], {"loss": 1.5}, checkpoint(rid, 1, 0)
@@ -129,7 +130,7 @@ async def test_incomplete_or_unknown_groups_cannot_be_trained(
 ) -> None:
     rid = run.run_id
     await ledger.add_episodes(rid, [EpisodeSpec(0, m, {}, m) for m in range(2)])
-    lease = await ledger.acquire_lease(f"trainer:{rid}", "t")
+    lease = await ledger.acquire_lease(trainer_lease(rid), "t")
     with pytest.raises(LedgerError, match=r"group 0 .* is not complete"):
         await ledger.record_train_step(lease, rid, 1, [0], {}, checkpoint(rid, 1))
     with pytest.raises(LedgerError, match=r"group 7 .* has no train episodes"):
@@ -142,9 +143,9 @@ async def test_a_stale_trainer_cannot_record_a_step(ledger: Ledger, run: RunReco
     rid = run.run_id
     await ledger.add_episodes(rid, [EpisodeSpec(0, 0, {}, 1)])
     await _play(ledger, rid)
-    old = await ledger.acquire_lease(f"trainer:{rid}", "old", ttl_seconds=0.05)
+    old = await ledger.acquire_lease(trainer_lease(rid), "old", ttl_seconds=0.05)
     await asyncio.sleep(0.1)
-    new = await ledger.acquire_lease(f"trainer:{rid}", "new")
+    new = await ledger.acquire_lease(trainer_lease(rid), "new")
     assert new.epoch == old.epoch + 1
 
     with pytest.raises(StaleFence, match="taken over by 'new'"):
@@ -162,7 +163,7 @@ async def test_a_stale_trainer_cannot_record_a_step(ledger: Ledger, run: RunReco
 
 async def test_record_checkpoint_outside_a_step(ledger: Ledger, run: RunRecord) -> None:
     rid = run.run_id
-    lease = await ledger.acquire_lease(f"trainer:{rid}", "t")
+    lease = await ledger.acquire_lease(trainer_lease(rid), "t")
     assert await ledger.record_checkpoint(lease, checkpoint(rid, 0))
     assert not await ledger.record_checkpoint(lease, checkpoint(rid, 0))
     moved = CheckpointRecord(rid, 0, None, "elsewhere", "lora", 0.0, {})
@@ -206,7 +207,7 @@ async def test_the_trainer_lists_exactly_the_groups_a_step_may_consume(
     await ledger.end_seat(evals[2], reward=1.0)  # an ended eval seat does not complete group 2
     await ledger.end_seat(evals[7], reward=1.0)  # an eval-only group is no train group
     # Group 5's eval seat stays open: it does not hold back train group 5.
-    lease = await ledger.acquire_lease(f"trainer:{rid}", "t")
+    lease = await ledger.acquire_lease(trainer_lease(rid), "t")
     assert await ledger.record_train_step(lease, rid, 1, [4], {}, checkpoint(rid, 1))
 
     listed = [g.group_index for g in await ledger.complete_groups(rid, 100)]

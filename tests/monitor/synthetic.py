@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import psycopg
 
+from rollout.ledger.leases import trainer_lease
+
 PROMPT_TOKENS = 200
 COMPLETION_TOKENS = 20
 
@@ -48,6 +50,7 @@ def fill(
     config = {"kind": "single", "model": "scripted"}
     p = {
         "run": run_id,
+        "lease": trainer_lease(run_id),
         "name": name,
         "config": json.dumps(config),
         "episodes": episodes,
@@ -136,7 +139,7 @@ def fill(
                        'lag_mean', 0.5, 'lag_max', 1, 'is/ratio_mean', 1.0,
                        'is/ratio_min', 0.9, 'is/ratio_max', 1.1, 'is/kl_k3', 0.001,
                        'is/tokens', 320),
-                   'trainer:' || %(run)s, 1, now() - make_interval(secs => %(steps)s - s)
+                   %(lease)s, 1, now() - make_interval(secs => %(steps)s - s)
             FROM generate_series(0, %(steps)s) s
             """,
             p,
@@ -167,7 +170,7 @@ def fill(
         )
         conn.execute(
             "INSERT INTO leases (name, holder, epoch, expires_at) VALUES"
-            " ('trainer:' || %(run)s, 'trainer-synthetic-42', 1, now() + interval '1 minute')",
+            " (%(lease)s, 'trainer-synthetic-42', 1, now() + interval '1 minute')",
             p,
         )
     with psycopg.connect(url, autocommit=True) as conn:

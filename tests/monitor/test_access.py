@@ -86,7 +86,8 @@ async def test_reads_go_through_a_read_only_connection(database_url: str) -> Non
     store = await MonitorStore.open(database_url)
     try:
         with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
-            await store.fetch("DELETE FROM runs")
+            async with store.reads._pool.connection() as conn:  # pyright: ignore[reportPrivateUsage]
+                await conn.execute("DELETE FROM runs")
         assert (await store.runs())["items"] == []
     finally:
         await store.close()

@@ -12,6 +12,7 @@ import pytest
 
 from rollout.blobs import LocalBlobStore
 from rollout.ledger import Ledger, RunRecord, StaleFence
+from rollout.ledger.leases import trainer_lease
 from rollout.training.config import RunConfig
 from rollout.training.errors import FencedOut
 from rollout.training.loop import Trainer, checkpoint_uri, make_provider
@@ -20,7 +21,7 @@ from rollout.training.loop import Trainer, checkpoint_uri, make_provider
 async def _expire(database_url: str, run_id: str) -> None:
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
         await conn.execute(
-            "UPDATE leases SET expires_at = now() WHERE name = %s", (f"trainer:{run_id}",)
+            "UPDATE leases SET expires_at = now() WHERE name = %s", (trainer_lease(run_id),)
         )
 
 
@@ -93,7 +94,7 @@ async def test_run_turns_a_refused_write_into_one_stand_down_error(
         await conn.execute(  # taken over in one statement (no window for a renewal)
             "UPDATE leases SET holder = 'new', epoch = epoch + 1,"
             " expires_at = now() + interval '30 seconds' WHERE name = %s",
-            (f"trainer:{record.run_id}",),
+            (trainer_lease(record.run_id),),
         )
     trainer._lease_renewed -= 60  # its next renewal is due
     with pytest.raises(FencedOut) as caught:

@@ -46,6 +46,7 @@ import pytest
 from rollout.blobs import BlobStore
 from rollout.launch.new_run import create_run
 from rollout.ledger import Ledger
+from rollout.ledger.leases import trainer_lease
 from rollout.training.config import RunConfig
 
 STEPS = 2
@@ -124,7 +125,7 @@ async def test_a_revived_old_trainer_cannot_publish(
     run_id = run.run_id
     env = dict(os.environ, ROLLOUT_DATABASE_URL=database_url, ROLLOUT_STATE_DIR=str(tmp_path))
     blobs = BlobStore.from_url(str(tmp_path / "blobs"))
-    lease = f"trainer:{run_id}"
+    lease = trainer_lease(run_id)
     logs = [tmp_path / f"{n}.log" for n in range(2)]
 
     async def sql(query: str, *params: object) -> list[tuple[Any, ...]]:

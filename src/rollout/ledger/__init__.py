@@ -6,6 +6,8 @@
   steps, checkpoints), serving.py (conversions, serving, acks), notify.py (wake-ups),
   presets.py (stored presets), evals.py (eval suites, jobs, scores), sandboxes.py (sandbox
   instances and claims), on connection.py (the pool; rows read by column name).
+- monitor.py: `MonitorReads`, the web monitor's paged display queries on a read-only pool of
+  their own (opened with a `Ledger`, riding out outages with it).
 - records.py: the frozen dataclasses it reads and writes; inputs.py: checks of written values.
 - errors.py: `LedgerError` and its subclasses (`StaleFence`, `NotFound`, `LeaseHeld`,
   `InvalidInput`).

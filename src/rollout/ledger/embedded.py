@@ -29,6 +29,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from rollout.ledger.errors import LedgerError
+from rollout.procs import process_alive, process_state
 from rollout.settings import get_settings, state_dir
 
 DEFAULT_DATABASE = "rollout"
@@ -140,22 +141,6 @@ def embedded_pid(path: str | os.PathLike[str] | None = None) -> int | None:
     return pid if process_alive(pid) else None
 
 
-def process_alive(pid: int) -> bool:
-    """Whether process `pid` runs (a zombie nobody reaped counts as gone)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A stopped server that nobody reaped (no init in a container) is a zombie: count it as gone.
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
-
-
 def stop_embedded(path: str | os.PathLike[str] | None = None, timeout: float = 30.0) -> bool:
     """Stop the embedded server (fast shutdown). Returns False when it was not running."""
     pid = embedded_pid(path)
@@ -237,7 +222,7 @@ def _clear_zombie_lock(folder: Path) -> bool:
         pid = int(lines[0])
     except (FileNotFoundError, IndexError, ValueError):
         return True
-    if not Path(f"/proc/{pid}").exists():
+    if process_state(pid) == "gone":
         return True  # gone for good: Postgres checks the rest itself
     if _shm_attached(lines[6].split()[-1] if len(lines) > 6 else ""):
         return False

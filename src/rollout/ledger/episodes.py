@@ -1,7 +1,8 @@
 """Reading episodes back: each with its seats, its seat ends and its seats' turns.
 
 An `EpisodeRecord` carries, per seat, the turns of its winning attempt: the attempt that ended
-the seat or, for a seat still playing, its latest attempt (`seats.attempt` either way).
+the seat or, for a seat still playing, its latest attempt (`seats.attempt` either way:
+`WINNING_ATTEMPT_TURNS`, the one definition every read of an episode's turns joins).
 `load_episodes` builds them in three or four queries for any number of episodes; the trainer's
 `complete_groups` reads through it too.
 """
@@ -35,10 +36,19 @@ SELECT episode_id, agent, attempt, status, reward, score, metrics, error,
        extract(epoch FROM created_at)::float8 AS created_at
 FROM seat_ends WHERE episode_id = ANY(%(ids)s) ORDER BY episode_id, agent
 """
-WINNING_TURNS: LiteralString = (
-    "SELECT " + TURN_COLUMNS + " FROM turns t JOIN seats s"
+# Each seat's turns of its winning attempt, as a FROM item (`t` the turn, `s` its seat): the
+# attempt that ended the seat or, for a seat still playing, its latest (`seats.attempt` either
+# way). Every read of an episode's turns (here, the trainer's groups, the monitor) joins it.
+WINNING_ATTEMPT_TURNS: LiteralString = (
+    "turns t JOIN seats s"
     " ON s.episode_id = t.episode_id AND s.agent = t.agent AND s.attempt = t.attempt"
-    " WHERE s.episode_id = ANY(%(ids)s) ORDER BY t.episode_id, t.agent, t.turn_index"
+)
+WINNING_TURNS: LiteralString = (
+    "SELECT "
+    + TURN_COLUMNS
+    + " FROM "
+    + WINNING_ATTEMPT_TURNS
+    + " WHERE s.episode_id = ANY(%(ids)s) ORDER BY t.episode_id, t.agent, t.turn_index"
 )
 LATEST_EPISODE_IDS: LiteralString = """
 SELECT episode_id FROM episodes

@@ -1,10 +1,11 @@
 """Leases: fencing for roles that must be single (the trainer of a run).
 
-A lease has one holder at a time and an epoch that grows on every take-over. `acquire_lease`
-takes a free or expired lease (epoch + 1) or renews one its holder already has. Writes made
-under a lease call `check_fence` in their own transaction: it locks the lease row and raises
-`StaleFence` unless the lease is still the caller's, so a paused-then-revived old holder can
-never write.
+A lease is named `ROLE:SUBJECT`: the trainer of run RUN holds `trainer_lease(RUN)`, and
+`lease_role` and `trainer_run` read a name back. A lease has one holder at a time and an epoch
+that grows on every take-over. `acquire_lease` takes a free or expired lease (epoch + 1) or
+renews one its holder already has. Writes made under a lease call `check_fence` in their own
+transaction: it locks the lease row and raises `StaleFence` unless the lease is still the
+caller's, so a paused-then-revived old holder can never write.
 """
 
 from __future__ import annotations
@@ -41,6 +42,39 @@ FROM leases WHERE name = %(name)s
 """
 FENCE_SHARE: LiteralString = "SELECT holder, epoch FROM leases WHERE name = %(name)s FOR SHARE"
 FENCE_UPDATE: LiteralString = "SELECT holder, epoch FROM leases WHERE name = %(name)s FOR UPDATE"
+
+TRAINER = "trainer"
+
+
+def trainer_lease(run_id: str) -> str:
+    """The name of the lease the trainer of run `run_id` holds (one trainer per run).
+
+    Example:
+        >>> trainer_lease("r1")
+        'trainer:r1'
+    """
+    return f"{TRAINER}:{run_id}"
+
+
+def lease_role(name: str) -> str:
+    """The role that holds lease `name` (what comes before the first ':').
+
+    Example:
+        >>> lease_role(trainer_lease("r1"))
+        'trainer'
+    """
+    return name.partition(":")[0]
+
+
+def trainer_run(name: str) -> str | None:
+    """The run whose trainer holds lease `name`, or None for any other lease.
+
+    Example:
+        >>> trainer_run(trainer_lease("r1")), trainer_run("sandbox:minecraft")
+        ('r1', None)
+    """
+    role, _, subject = name.partition(":")
+    return subject if role == TRAINER else None
 
 
 async def check_fence(conn: Conn, lease: Lease, *, exclusive: bool = False) -> None:

@@ -1,10 +1,11 @@
 """What the web monitor reads from the ledger, paged and JSON-ready, and its three run controls.
 
 `MonitorStore` holds a `Ledger` (its existing reads, and the only writes the monitor makes:
-pause, resume, max_lag) and a second, small connection pool opened read-only in Postgres
-(`default_transaction_read_only`), which runs the monitor's own display queries. Every list
-is paged with a bounded `limit` and a cursor, and no query reads a whole run: a run of 100,000
-turns opens as fast as a run of ten (see benchmarks/monitor_bench.py).
+pause, resume, max_lag) and the ledger's `MonitorReads`, the display queries on a second, small
+pool that Postgres holds read-only. The monitor writes no SQL and reads rows by column name; it
+shapes them into JSON. Every list is paged with a bounded `limit` and a cursor, and no query
+reads a whole run: a run of 100,000 turns opens as fast as a run of ten (see
+benchmarks/monitor_bench.py).
 
 Abstractions:
 
@@ -25,13 +26,12 @@ from __future__ import annotations
 
 import re
 import time
-from typing import Any, LiteralString
+from typing import Any
 from urllib.parse import urlsplit
 
-from psycopg import AsyncConnection
-from psycopg_pool import AsyncConnectionPool
-
 from rollout.ledger import Ledger, RunRecord
+from rollout.ledger.leases import lease_role, trainer_lease, trainer_run
+from rollout.ledger.monitor import MonitorReads
 from rollout.ledger.runs import shown_settings
 from rollout.monitor.errors import BadParameter, bounded
 from rollout.monitor.queries import _run_state as run_state
@@ -68,50 +68,25 @@ def _float(value: Any) -> float | None:
 class MonitorStore:
     """The monitor's reads (paged) and controls, over one ledger database."""
 
-    def __init__(self, ledger: Ledger, pool: AsyncConnectionPool[AsyncConnection[Any]]) -> None:
+    def __init__(self, ledger: Ledger, reads: MonitorReads) -> None:
         self.ledger = ledger
-        self._pool = pool
+        self.reads = reads
+        """The display queries, on a read-only pool of their own."""
 
     @classmethod
     async def open(cls, url: str | None = None, *, max_size: int = 6) -> MonitorStore:
         """Connect to `url` (else ROLLOUT_DATABASE_URL, else the embedded Postgres)."""
         ledger = await Ledger.connect(url, min_size=1, max_size=2)
-        pool: AsyncConnectionPool[AsyncConnection[Any]] = AsyncConnectionPool(
-            ledger.url,
-            min_size=1,
-            max_size=max_size,
-            kwargs={
-                "autocommit": True,
-                # The monitor reads; Postgres refuses its writes, and no page waits forever.
-                "options": "-c default_transaction_read_only=on -c statement_timeout=20000",
-            },
-            open=False,
-            name="rollout-monitor",
-        )
         try:
-            await pool.open(wait=True, timeout=30.0)
+            reads = await MonitorReads.open(ledger, max_size=max_size)
         except BaseException:
             await ledger.close()
             raise
-        return cls(ledger, pool)
+        return cls(ledger, reads)
 
     async def close(self) -> None:
-        await self._pool.close()
+        await self.reads.close()
         await self.ledger.close()
-
-    async def fetch(self, query: LiteralString, params: Any = None) -> list[tuple[Any, ...]]:
-        """Rows of one read-only query (riding out a database outage like a ledger call)."""
-        return await self.fetch_sql(query, params)
-
-    async def fetch_sql(self, query: Any, params: Any = None) -> list[tuple[Any, ...]]:
-        """Rows of one composed (`psycopg.sql`) read-only query (riding out an outage)."""
-
-        async def read() -> list[tuple[Any, ...]]:
-            async with self._pool.connection() as conn:
-                cursor = await conn.execute(query, params)
-                return list(await cursor.fetchall())
-
-        return await self.ledger.ride_out(read)
 
     # ------------------------------------------------------------------------------------------
     # runs
@@ -124,32 +99,19 @@ class MonitorStore:
         """A page of runs, newest first."""
         bounded("limit", limit, 1, MAX_RUNS)
         bounded("offset", offset, 0, 10**9)
-        rows = await self.fetch(
-            """
-            SELECT r.run_id, r.name, r.environment, extract(epoch FROM r.created_at)::float8,
-              COALESCE((SELECT jsonb_object_agg(c.key, c.value) FROM current_settings c
-                        WHERE c.run_id = r.run_id), '{}'),
-              (SELECT count(*) FROM train_steps s WHERE s.run_id = r.run_id AND s.step > 0),
-              (SELECT s.metrics->'reward' FROM train_steps s
-               WHERE s.run_id = r.run_id AND s.step > 0 ORDER BY s.step DESC LIMIT 1),
-              (SELECT count(*) FROM episodes e WHERE e.run_id = r.run_id),
-              (SELECT max(k.version) FROM checkpoints k WHERE k.run_id = r.run_id)
-            FROM runs r ORDER BY r.created_at DESC, r.run_id DESC OFFSET %s LIMIT %s
-            """,
-            (offset, limit + 1),
-        )
+        rows = await self.reads.runs(offset=offset, limit=limit + 1)
         items = [
             {
-                "run_id": row[0],
-                "name": row[1],
-                "environment": row[2],
-                "created_at": row[3],
-                "state": run_state(row[4]),
-                "max_lag": row[4].get("max_lag"),
-                "steps": row[5],
-                "last_reward": _float(row[6]),
-                "episodes": row[7],
-                "latest_version": row[8],
+                "run_id": row["run_id"],
+                "name": row["name"],
+                "environment": row["environment"],
+                "created_at": row["created_at"],
+                "state": run_state(row["settings"]),
+                "max_lag": row["settings"].get("max_lag"),
+                "steps": row["steps"],
+                "last_reward": _float(row["last_reward"]),
+                "episodes": row["episodes"],
+                "latest_version": row["latest_version"],
             }
             for row in rows[:limit]
         ]
@@ -162,28 +124,7 @@ class MonitorStore:
         settings = await self.ledger.settings(run_id)
         counts = await self.ledger.episode_counts(run_id)
         serving = await self.ledger.serving(run_id)
-        (row,) = await self.fetch(
-            """
-            SELECT
-              (SELECT count(*) FROM seats WHERE run_id = %(r)s),
-              (SELECT count(*) FROM seats WHERE run_id = %(r)s AND NOT done
-                 AND expires_at > now()),
-              (SELECT count(*) FROM seat_ends WHERE run_id = %(r)s),
-              (SELECT count(*) FROM seat_ends WHERE run_id = %(r)s AND status = 'failed'),
-              (SELECT count(*) FROM turns WHERE run_id = %(r)s),
-              (SELECT count(*) FROM consumed_groups WHERE run_id = %(r)s),
-              (SELECT count(*) FROM train_steps WHERE run_id = %(r)s),
-              (SELECT max(version) FROM checkpoints WHERE run_id = %(r)s),
-              (SELECT jsonb_agg(jsonb_build_object('server', server, 'version', version,
-                 'at', extract(epoch FROM created_at)::float8) ORDER BY server)
-               FROM current_serving_acks WHERE run_id = %(r)s),
-              (SELECT jsonb_build_object('holder', holder, 'epoch', epoch,
-                 'expires_at', extract(epoch FROM expires_at)::float8,
-                 'alive', expires_at > now())
-               FROM leases WHERE name = 'trainer:' || %(r)s)
-            """,
-            {"r": run_id},
-        )
+        row = await self.reads.run_counts(run_id, trainer_lease(run_id))
         names = ("seats", "seats_running", "seats_ended", "seats_failed", "turns")
         names += ("groups_consumed", "train_steps")
         return {
@@ -196,14 +137,14 @@ class MonitorStore:
             "state": run_state(settings),
             "max_lag": settings.get("max_lag"),
             "episodes": counts,
-            "counts": dict(zip(names, row[:7], strict=True)),
-            "latest_version": row[7],
+            "counts": {name: row[name] for name in names},
+            "latest_version": row["latest_version"],
             "serving": None
             if serving is None
             else {"version": serving.version, "uris": serving.uris, "at": serving.created_at},
-            "servers": row[8] or [],
-            "trainer": row[9],
-            "has_evals": await self._has_evals(run_id),
+            "servers": row["servers"] or [],
+            "trainer": row["trainer"],
+            "has_evals": await self.reads.has_evals(run_id),
         }
 
     async def steps(self, run: str, *, after: int = -1, limit: int = 1000) -> dict[str, Any]:
@@ -214,23 +155,15 @@ class MonitorStore:
         """
         bounded("limit", limit, 1, MAX_STEPS)
         record = await self.get_run(run)
-        rows = await self.fetch(
-            "SELECT step, metrics, extract(epoch FROM created_at)::float8 FROM train_steps"
-            " WHERE run_id = %s AND step > %s ORDER BY step LIMIT %s",
-            (record.run_id, after, limit + 1),
-        )
+        rows = await self.reads.steps(record.run_id, after=after, limit=limit + 1)
         more = len(rows) > limit
         rows = rows[:limit]
         previous: float | None = None
         if rows and after >= 0:
-            before = await self.fetch(
-                "SELECT extract(epoch FROM created_at)::float8 FROM train_steps"
-                " WHERE run_id = %s AND step <= %s ORDER BY step DESC LIMIT 1",
-                (record.run_id, after),
-            )
-            previous = before[0][0] if before else None
+            previous = await self.reads.step_time(record.run_id, after)
         items: list[dict[str, Any]] = []
-        for step, metrics, created in rows:
+        for row in rows:
+            step, metrics, created = row["step"], row["metrics"], row["created_at"]
             seconds = None if previous is None else created - previous
             previous = created
             rates: dict[str, float | None] = {"episodes_per_s": None, "tokens_per_s": None}
@@ -250,81 +183,42 @@ class MonitorStore:
         bounded("limit", limit, 1, MAX_CHECKPOINTS)
         record = await self.get_run(run)
         run_id = record.run_id
-        rows = await self.fetch(
-            "SELECT version, parent_version, kind, uri, extract(epoch FROM created_at)::float8,"
-            " metadata FROM checkpoints WHERE run_id = %s AND version > %s"
-            " ORDER BY version LIMIT %s",
-            (run_id, after, limit + 1),
-        )
+        rows = await self.reads.checkpoints(run_id, after=after, limit=limit + 1)
         more = len(rows) > limit
         rows = rows[:limit]
         if not rows:
             return {"items": [], "next": None}
-        low, high = rows[0][0], rows[-1][0]
+        low, high = rows[0]["version"], rows[-1]["version"]
         conversions: dict[int, dict[str, str]] = {}
-        for version, backend, uri in await self.fetch(
-            "SELECT version, backend, uri FROM conversions"
-            " WHERE run_id = %s AND version BETWEEN %s AND %s ORDER BY backend",
-            (run_id, low, high),
-        ):
-            conversions.setdefault(version, {})[backend] = uri
-        published = dict(
-            await self.fetch(
-                "SELECT version, extract(epoch FROM min(created_at))::float8 FROM serving"
-                " WHERE run_id = %s AND version BETWEEN %s AND %s GROUP BY version",
-                (run_id, low, high),
-            )
-        )
+        for row in await self.reads.conversions(run_id, low, high):
+            conversions.setdefault(row["version"], {})[row["backend"]] = row["uri"]
+        published = await self.reads.published(run_id, low, high)
         served: dict[int, list[str]] = {}
-        for server, version in await self.fetch(
-            "SELECT server, version FROM current_serving_acks WHERE run_id = %s ORDER BY server",
-            (run_id,),
-        ):
+        for server, version in (await self.ledger.serving_acks(run_id)).items():
             served.setdefault(version, []).append(server)
         items = [
             {
-                "version": version,
-                "parent_version": parent,
-                "kind": kind,
-                "uri": uri,
-                "created_at": created,
-                "metadata": metadata,
-                "conversions": conversions.get(version, {}),
-                "published_at": published.get(version),
-                "served_by": served.get(version, []),
+                "version": row["version"],
+                "parent_version": row["parent_version"],
+                "kind": row["kind"],
+                "uri": row["uri"],
+                "created_at": row["created_at"],
+                "metadata": row["metadata"],
+                "conversions": conversions.get(row["version"], {}),
+                "published_at": published.get(row["version"]),
+                "served_by": served.get(row["version"], []),
             }
-            for version, parent, kind, uri, created, metadata in rows
+            for row in rows
         ]
         return {"items": items, "next": high if more else None}
-
-    async def _has_evals(self, run_id: str) -> bool:
-        """True when the run has eval scores (and the ledger has evals at all)."""
-        (row,) = await self.fetch("SELECT to_regclass('eval_scores') IS NOT NULL")
-        if not row[0]:
-            return False
-        rows = await self.fetch("SELECT 1 FROM eval_scores WHERE run_id = %s LIMIT 1", (run_id,))
-        return bool(rows)
 
     async def evals(self, run: str) -> dict[str, Any]:
         """The run's eval scores per checkpoint, suite version and environment (empty where
         the ledger records no evals). Version -1 is the base model."""
         record = await self.get_run(run)
-        if not await self._has_evals(record.run_id):
+        if not await self.reads.has_evals(record.run_id):
             return {"items": []}
-        rows = await self.fetch(
-            """
-            SELECT j.version, j.suite, j.suite_version, s.environment, s.score, s.ci_low,
-                   s.ci_high, s.episodes, s.failed, s.method,
-                   extract(epoch FROM s.created_at)::float8
-            FROM eval_scores s JOIN eval_jobs j ON j.job_id = s.job_id
-            WHERE s.run_id = %s ORDER BY j.version, j.suite, j.suite_version, s.position
-            LIMIT 10000
-            """,
-            (record.run_id,),
-        )
-        keys = ("version", "suite", "suite_version", "environment", "score", "ci_low")
-        keys += ("ci_high", "episodes", "failed", "method", "created_at")
-        return {"items": [dict(zip(keys, row, strict=True)) for row in rows]}
+        return {"items": await self.reads.eval_scores(record.run_id)}
 
     # ------------------------------------------------------------------------------------------
     # machines
@@ -335,24 +229,21 @@ class MonitorStore:
             raise BadParameter(f"stale_s must be in (0, 86400], got {stale_seconds!r}")
         now = time.time()
         items: list[dict[str, Any]] = []
-        for name, holder, epoch, expires, acquired in await self.fetch(
-            "SELECT name, holder, epoch, extract(epoch FROM expires_at)::float8,"
-            " extract(epoch FROM acquired_at)::float8 FROM leases ORDER BY name LIMIT 1000"
-        ):
-            role, _, subject = name.partition(":")
+        for lease in await self.reads.leases():
+            name, holder, expires = lease["name"], lease["holder"], lease["expires_at"]
             items.append(
                 {
-                    "role": role,
+                    "role": lease_role(name),
                     "id": holder,
                     "host": host_of(holder),
-                    "run_id": subject if role == "trainer" else None,
+                    "run_id": trainer_run(name),
                     "last_seen": min(now, expires),
                     "state": "alive" if expires > now else "dead",
                     "detail": {
                         "lease": name,
-                        "epoch": epoch,
+                        "epoch": lease["epoch"],
                         "expires_at": expires,
-                        "acquired_at": acquired,
+                        "acquired_at": lease["acquired_at"],
                     },
                 }
             )
@@ -361,83 +252,56 @@ class MonitorStore:
         return {"now": now, "stale_seconds": stale_seconds, "items": items}
 
     async def _runners(self, now: float, stale: float) -> list[dict[str, Any]]:
-        rows = await self.fetch(
-            """
-            WITH claims AS (
-                SELECT runner, run_id, max(claimed_at) AS last_claim, count(*) AS claims,
-                       max(lease_s) AS lease_s
-                FROM seat_claims GROUP BY runner, run_id),
-            held AS (
-                SELECT runner, run_id, count(*) FILTER (WHERE expires_at > now()) AS live,
-                       max(expires_at) AS expires
-                FROM seats WHERE NOT done AND runner IS NOT NULL GROUP BY runner, run_id)
-            SELECT c.runner, c.run_id, extract(epoch FROM c.last_claim)::float8, c.claims,
-                   COALESCE(h.live, 0),
-                   extract(epoch FROM GREATEST(c.last_claim, CASE WHEN h.expires IS NOT NULL
-                       THEN LEAST(now(), h.expires - make_interval(secs => c.lease_s)) END))::float8
-            FROM claims c LEFT JOIN held h USING (runner, run_id)
-            ORDER BY 6 DESC LIMIT 1000
-            """
-        )
         return [
             {
                 "role": "runner",
-                "id": runner,
-                "host": host_of(runner),
-                "run_id": run_id,
-                "last_seen": last_seen,
-                "state": "alive" if live or now - last_seen < stale else "dead",
-                "detail": {"claims": claims, "seats_held": live, "last_claim": last_claim},
+                "id": row["runner"],
+                "host": host_of(row["runner"]),
+                "run_id": row["run_id"],
+                "last_seen": row["last_seen"],
+                "state": "alive" if row["seats_held"] or now - row["last_seen"] < stale else "dead",
+                "detail": {
+                    "claims": row["claims"],
+                    "seats_held": row["seats_held"],
+                    "last_claim": row["last_claim"],
+                },
             }
-            for runner, run_id, last_claim, claims, live, last_seen in rows
+            for row in await self.reads.runners()
         ]
 
     async def _servers(self, now: float, stale: float) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
-        for server, run_id, version, acked, serving, published in await self.fetch(
-            """
-            SELECT a.server, a.run_id, a.version, extract(epoch FROM a.created_at)::float8,
-                   s.version, extract(epoch FROM s.created_at)::float8
-            FROM current_serving_acks a
-            LEFT JOIN LATERAL (SELECT version, created_at FROM serving
-                               WHERE run_id = a.run_id ORDER BY id DESC LIMIT 1) s ON true
-            ORDER BY a.run_id, a.server LIMIT 1000
-            """
-        ):
+        for row in await self.reads.servers():
             # Servers acknowledge each new version: one still behind a record older than
             # `stale` seconds has stopped following it.
+            version, serving = row["version"], row["published_version"]
+            published = row["published_at"]
             behind = serving is not None and version != serving
             dead = behind and published is not None and now - published > stale
             out.append(
                 {
                     "role": "inference",
-                    "id": server,
-                    "host": host_of(server),
-                    "run_id": run_id,
-                    "last_seen": acked,
+                    "id": row["server"],
+                    "host": host_of(row["server"]),
+                    "run_id": row["run_id"],
+                    "last_seen": row["acked_at"],
                     "state": "dead" if dead else ("loading" if behind else "alive"),
                     "detail": {"serving_version": version, "published_version": serving},
                 }
             )
-        for run_id, url, last_turn in await self.fetch(
-            """
-            SELECT c.run_id, c.value #>> '{}',
-                   (SELECT extract(epoch FROM t.recorded_at)::float8 FROM turns t
-                    WHERE t.run_id = c.run_id ORDER BY t.seq DESC LIMIT 1)
-            FROM current_settings c WHERE c.key = 'gateway_url' ORDER BY c.run_id LIMIT 1000
-            """
-        ):
+        for row in await self.reads.gateways():
             # A gateway leaves only the turns it records: quiet is idle, not dead.
+            last_turn = row["last_turn"]
             recent = last_turn is not None and now - last_turn < stale
             out.append(
                 {
                     "role": "gateway",
-                    "id": url,
-                    "host": host_of(url),
-                    "run_id": run_id,
+                    "id": row["url"],
+                    "host": host_of(row["url"]),
+                    "run_id": row["run_id"],
                     "last_seen": last_turn,
                     "state": "alive" if recent else "idle",
-                    "detail": {"url": url},
+                    "detail": {"url": row["url"]},
                 }
             )
         return out

@@ -12,38 +12,31 @@
   where the run's tokenizer is readable, each token's text (`rollout.monitor.tokens`).
 
 Only the seat's winning attempt (the one that ended it, else the latest) is shown, as in
-`Ledger.episode`.
+`Ledger.episode`. The rows come from the ledger's `MonitorReads` (`MonitorStore.reads`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from psycopg import sql
-
 from rollout.ledger import NotFound
+from rollout.ledger.monitor import EPISODE_STATUSES, EpisodeFilter
+from rollout.ledger.records import EPISODE_KINDS
 from rollout.monitor.errors import BadParameter, bounded
 from rollout.monitor.store import MonitorStore
 from rollout.monitor.tokens import decoder_for
 
 MAX_EPISODES = 500
 MAX_TURNS = 200
-STATUSES = ("pending", "running", "completed", "failed")
-KINDS = ("train", "eval", "playground")
 
-# Status, mean completed reward and ended seats of episode `e`.
-_STATUS: sql.Composable = sql.SQL(
-    """
-    CROSS JOIN LATERAL (
-        SELECT CASE WHEN bool_and(s.done) THEN
-                        CASE WHEN bool_or(x.status = 'failed') THEN 'failed' ELSE 'completed' END
-                    WHEN max(s.attempt) > 0 THEN 'running' ELSE 'pending' END AS status,
-               avg(x.reward) FILTER (WHERE x.status = 'completed') AS reward,
-               count(x.agent) AS seats_ended
-        FROM seats s LEFT JOIN seat_ends x ON x.episode_id = s.episode_id AND x.agent = s.agent
-        WHERE s.episode_id = e.episode_id) st
-    """
-)
+
+# What an episode shows first, in the order pages and the API show it.
+_EPISODE = ("episode_id", "run_id", "run_name", "environment", "kind", "group_index", "member")
+
+
+def _columns(row: dict[str, Any], *names: str) -> dict[str, Any]:
+    """The columns `names` of `row`, in that order."""
+    return {name: row[name] for name in names}
 
 
 def _message(raw: Any) -> dict[str, Any]:
@@ -118,153 +111,61 @@ async def episodes(
 ) -> dict[str, Any]:
     """A page of episodes, newest first; pass `next` back as `cursor` for the next page."""
     bounded("limit", limit, 1, MAX_EPISODES)
-    if status is not None and status not in STATUSES:
-        raise BadParameter(f"status must be one of {STATUSES}, got {status!r}")
-    if kind is not None and kind not in KINDS:
-        raise BadParameter(f"kind must be one of {KINDS}, got {kind!r}")
-    where: list[sql.Composable] = []
-    params: dict[str, Any] = {"limit": limit + 1}
-    if run is not None:
-        params["run"] = (await store.get_run(run)).run_id
-        where.append(sql.SQL("e.run_id = %(run)s"))
-    if cursor is not None:
-        params["cursor"] = cursor
-        where.append(sql.SQL("e.seq < %(cursor)s"))
-    if environment:
-        params["environment"] = environment
-        where.append(sql.SQL("r.environment = %(environment)s"))
-    if kind is not None:
-        params["kind"] = kind
-        where.append(sql.SQL("e.kind = %(kind)s"))
-    if status is not None:
-        params["status"] = status
-        where.append(sql.SQL("st.status = %(status)s"))
-    if reward_min is not None:
-        params["reward_min"] = reward_min
-        where.append(sql.SQL("st.reward >= %(reward_min)s"))
-    if reward_max is not None:
-        params["reward_max"] = reward_max
-        where.append(sql.SQL("st.reward <= %(reward_max)s"))
-    if version is not None:
-        params["version"] = version
-        where.append(
-            sql.SQL(
-                "EXISTS (SELECT 1 FROM turns t WHERE t.episode_id = e.episode_id"
-                " AND t.version = %(version)s)"
-            )
-        )
-    if q:
-        params["q"] = q
-        params["pattern"] = "%" + q.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-        params["pattern"] += "%"
-        where.append(
-            sql.SQL(
-                "(e.episode_id = %(q)s OR e.parameters::text ILIKE %(pattern)s OR EXISTS ("
-                "SELECT 1 FROM turns t WHERE t.episode_id = e.episode_id"
-                " AND t.request_added::text ILIKE %(pattern)s))"
-            )
-        )
-    query = sql.SQL(
-        """
-        SELECT e.seq, e.episode_id, e.run_id, r.name, r.environment, e.kind, e.group_index,
-               e.member, e.agents, extract(epoch FROM e.created_at)::float8, e.parameters,
-               st.status, st.reward, st.seats_ended, tt.turns, tt.low, tt.high
-        FROM episodes e JOIN runs r ON r.run_id = e.run_id
-        {status}
-        CROSS JOIN LATERAL (
-            SELECT count(*) AS turns, min(t.version) AS low, max(t.version) AS high
-            FROM turns t JOIN seats s ON s.episode_id = t.episode_id AND s.agent = t.agent
-                 AND s.attempt = t.attempt
-            WHERE t.episode_id = e.episode_id) tt
-        {where}
-        ORDER BY e.seq DESC LIMIT %(limit)s
-        """
-    ).format(
-        status=_STATUS,
-        where=sql.SQL("WHERE ") + sql.SQL(" AND ").join(where) if where else sql.SQL(""),
+    if status is not None and status not in EPISODE_STATUSES:
+        raise BadParameter(f"status must be one of {EPISODE_STATUSES}, got {status!r}")
+    if kind is not None and kind not in EPISODE_KINDS:
+        raise BadParameter(f"kind must be one of {EPISODE_KINDS}, got {kind!r}")
+    where = EpisodeFilter(
+        run_id=None if run is None else (await store.get_run(run)).run_id,
+        environment=environment,
+        kind=kind,
+        status=status,
+        reward_min=reward_min,
+        reward_max=reward_max,
+        version=version,
+        text=q,
     )
-    rows = await store.fetch_sql(query, params)
+    rows = await store.reads.episodes(where, cursor=cursor, limit=limit + 1)
     items = [
         {
-            "episode_id": row[1],
-            "run_id": row[2],
-            "run_name": row[3],
-            "environment": row[4],
-            "kind": row[5],
-            "group_index": row[6],
-            "member": row[7],
-            "agents": row[8],
-            "created_at": row[9],
-            "parameters": row[10],
-            "status": row[11],
-            "reward": None if row[12] is None else float(row[12]),
-            "seats_ended": row[13],
-            "turns": row[14],
-            "versions": None if row[15] is None else [row[15], row[16]],
+            **_columns(row, *_EPISODE, "agents", "created_at", "parameters", "status"),
+            "reward": None if row["reward"] is None else float(row["reward"]),
+            "seats_ended": row["seats_ended"],
+            "turns": row["turns"],
+            "versions": None
+            if row["version_low"] is None
+            else [row["version_low"], row["version_high"]],
         }
         for row in rows[:limit]
     ]
     more = len(rows) > limit
-    return {"items": items, "next": rows[limit - 1][0] if more else None}
+    return {"items": items, "next": rows[limit - 1]["seq"] if more else None}
 
 
 async def episode(store: MonitorStore, episode_id: str) -> dict[str, Any]:
     """One episode's header: run, parameters, status, and each seat with how it ended."""
-    rows = await store.fetch_sql(
-        sql.SQL(
-            """
-            SELECT e.episode_id, e.run_id, r.name, r.environment, e.kind, e.group_index,
-                   e.member, e.parameters, e.seed, e.agents,
-                   extract(epoch FROM e.created_at)::float8, st.status, st.reward
-            FROM episodes e JOIN runs r ON r.run_id = e.run_id {status}
-            WHERE e.episode_id = %(id)s
-            """
-        ).format(status=_STATUS),
-        {"id": episode_id},
-    )
-    if not rows:
+    row = await store.reads.episode(episode_id)
+    if row is None:
         raise NotFound(f"episode {episode_id!r} not found")
-    row = rows[0]
-    seats = await store.fetch(
-        """
-        SELECT s.agent, s.attempt, s.runner, extract(epoch FROM s.expires_at)::float8, s.done,
-               x.status, x.reward, x.score, x.metrics, x.error,
-               (SELECT count(*) FROM turns t WHERE t.episode_id = s.episode_id
-                AND t.agent = s.agent AND t.attempt = s.attempt)
-        FROM seats s LEFT JOIN seat_ends x ON x.episode_id = s.episode_id AND x.agent = s.agent
-        WHERE s.episode_id = %s ORDER BY s.agent
-        """,
-        (episode_id,),
-    )
+    seats = await store.reads.seats(episode_id)
     return {
-        "episode_id": row[0],
-        "run_id": row[1],
-        "run_name": row[2],
-        "environment": row[3],
-        "kind": row[4],
-        "group_index": row[5],
-        "member": row[6],
-        "parameters": row[7],
-        "seed": row[8],
-        "agents": row[9],
-        "created_at": row[10],
-        "status": row[11],
-        "reward": None if row[12] is None else float(row[12]),
+        **_columns(row, *_EPISODE, "parameters", "seed", "agents", "created_at", "status"),
+        "reward": None if row["reward"] is None else float(row["reward"]),
         "seats": [
             {
-                "agent": s[0],
-                "attempt": s[1],
-                "runner": s[2],
-                "expires_at": s[3],
-                "ended": s[4],
-                "status": s[5] or ("running" if s[1] else "pending"),
-                "reward": s[6],
-                "score": s[7],
-                "metrics": s[8],
-                "error": s[9],
-                "turns": s[10],
+                "agent": seat["agent"],
+                "attempt": seat["attempt"],
+                "runner": seat["runner"],
+                "expires_at": seat["expires_at"],
+                "ended": seat["ended"],
+                "status": seat["status"] or ("running" if seat["attempt"] else "pending"),
+                "reward": seat["reward"],
+                "score": seat["score"],
+                "metrics": seat["metrics"],
+                "error": seat["error"],
+                "turns": seat["turns"],
             }
-            for s in seats
+            for seat in seats
         ],
     }
 
@@ -276,45 +177,40 @@ async def conversation(
     bounded("limit", limit, 1, MAX_TURNS)
     bounded("offset", offset, 0, 10**9)
     start = max(offset - 1, 0)  # the turn before the page: what its first turn continues
-    rows = await store.fetch(
-        """
-        SELECT t.turn_index, t.attempt, t.version, t.stop_reason, t.extends_previous,
-               t.started_at, t.ended_at, t.temperature, t.prompt_length,
-               cardinality(t.completion_tokens),
-               (SELECT avg(v) FROM unnest(t.logprobs) v)
-        FROM turns t JOIN seats s ON s.episode_id = t.episode_id AND s.agent = t.agent
-             AND s.attempt = t.attempt
-        WHERE t.episode_id = %s AND t.agent = %s AND t.turn_index >= %s
-        ORDER BY t.turn_index LIMIT %s
-        """,
-        (episode_id, agent, start, limit + 1 + (offset - start)),
+    rows = await store.reads.conversation(
+        episode_id, agent, start=start, limit=limit + 1 + (offset - start)
     )
     # Requests are stored as what each adds to the one before: rebuilt in one pass.
     requests = (
-        await store.ledger.turn_requests(episode_id, agent, rows[0][1], upto=rows[-1][0])
+        await store.ledger.turn_requests(
+            episode_id, agent, rows[0]["attempt"], upto=rows[-1]["turn_index"]
+        )
         if rows
         else {}
     )
     previous: list[dict[str, Any]] | None = None
     items = []
     for row in rows:
-        request = requests.get(row[0], {})
+        index = row["turn_index"]
+        request = requests.get(index, {})
         messages = [_message(m) for m in request.get("messages") or []]
         reply = _message(request["reply"]) if isinstance(request.get("reply"), dict) else None
-        if row[0] >= offset:
+        if index >= offset:
             new, continued = new_messages(previous, messages)
             items.append(
                 {
-                    "index": row[0],
-                    "attempt": row[1],
-                    "version": row[2],
-                    "stop_reason": row[3],
-                    "extends_previous": row[4],
-                    "seconds": row[6] - row[5],
-                    "temperature": row[7],
-                    "prompt_tokens": row[8],
-                    "completion_tokens": row[9],
-                    "mean_logprob": None if row[10] is None else float(row[10]),
+                    "index": index,
+                    "attempt": row["attempt"],
+                    "version": row["version"],
+                    "stop_reason": row["stop_reason"],
+                    "extends_previous": row["extends_previous"],
+                    "seconds": row["ended_at"] - row["started_at"],
+                    "temperature": row["temperature"],
+                    "prompt_tokens": row["prompt_length"],
+                    "completion_tokens": row["completion_length"],
+                    "mean_logprob": None
+                    if row["mean_logprob"] is None
+                    else float(row["mean_logprob"]),
                     "protocol": request.get("protocol"),
                     "messages": new,
                     "continued": continued,
@@ -333,32 +229,23 @@ async def turn_tokens(
 ) -> dict[str, Any]:
     """One turn's tokens (of the winning attempt unless `attempt` is given), with each
     completion token's text and logprob, decoded by the run's tokenizer where readable."""
-    rows = await store.fetch(
-        """
-        SELECT t.run_id, t.attempt, t.version, t.extends_previous, t.stop_reason,
-               t.prompt_tokens, t.completion_tokens, t.logprobs
-        FROM turns t JOIN seats s ON s.episode_id = t.episode_id AND s.agent = t.agent
-        WHERE t.episode_id = %s AND t.agent = %s AND t.turn_index = %s
-              AND t.attempt = COALESCE(%s, s.attempt)
-        """,
-        (episode_id, agent, index, attempt),
-    )
-    if not rows:
+    row = await store.reads.turn_tokens(episode_id, agent, index, attempt)
+    if row is None:
         raise NotFound(f"turn {index} of agent {agent} of episode {episode_id!r} not found")
-    run_id, attempt_, version, extends, stop, prompt, completion, logprobs = rows[0]
-    decoder = await decoder_for(await store.get_run(run_id))
+    completion, logprobs = row["completion_tokens"], row["logprobs"]
+    decoder = await decoder_for(await store.get_run(row["run_id"]))
     pieces = decoder.pieces(completion)
     return {
         "episode_id": episode_id,
         "agent": agent,
         "index": index,
-        "attempt": attempt_,
-        "version": version,
-        "extends_previous": extends,
-        "stop_reason": stop,
+        "attempt": row["attempt"],
+        "version": row["version"],
+        "extends_previous": row["extends_previous"],
+        "stop_reason": row["stop_reason"],
         "tokenizer": decoder.source,
-        "prompt_tokens": list(prompt),
-        "prompt_text": decoder.text(prompt),
+        "prompt_tokens": list(row["prompt_tokens"]),
+        "prompt_text": decoder.text(row["prompt_tokens"]),
         "completion": [
             {
                 "id": token,

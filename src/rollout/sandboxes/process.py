@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from rollout import procs
 from rollout.sandboxes.errors import SandboxError
 from rollout.sandboxes.pool import Details, SandboxPool
 
@@ -37,21 +38,12 @@ def free_port() -> int:
 
 
 def process_alive(pid: int) -> bool:
-    """Whether process `pid` runs (a zombie does not count)."""
+    """Whether process `pid` runs (a zombie does not count); a child of this process that
+    exited is reaped here."""
     child = _children.get(pid)
     if child is not None:
         return child.poll() is None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
+    return procs.process_alive(pid)
 
 
 async def port_open(host: str, port: int, timeout: float = 1.0) -> bool:  # noqa: ASYNC109

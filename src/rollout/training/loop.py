@@ -1,6 +1,6 @@
 """The trainer role (`rollout trainer --run RUN`): the training loop of one run.
 
-One trainer per run holds the run's fenced lease `trainer:<run>`. It:
+One trainer per run holds the run's fenced lease (`trainer_lease(run)`: `trainer:<run>`). It:
 
 1. restores the latest checkpoint (weights, optimizer, step) from the blob store, or starts from
    the base model, running the format warm-up first when the run asks for one (the warm-up
@@ -52,6 +52,7 @@ from rollout.ledger import (
     ServingRecord,
     StaleFence,
 )
+from rollout.ledger.leases import trainer_lease
 from rollout.training import retention
 from rollout.training.advantages import AdvantageConfig
 from rollout.training.batch import segments_of_groups
@@ -125,7 +126,7 @@ class Trainer:
         now = time.monotonic()
         if self.lease is None or now - self._lease_renewed > RENEW_SECONDS:
             lease = await self.ledger.acquire_lease(
-                f"trainer:{self.run_id}", self.holder, LEASE_SECONDS
+                trainer_lease(self.run_id), self.holder, LEASE_SECONDS
             )
             if self.lease is not None and lease.epoch != self.lease.epoch:
                 # Lapsed, held by another trainer meanwhile, then taken again: the ledger may
