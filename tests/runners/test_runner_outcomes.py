@@ -49,7 +49,14 @@ class EndsAtOnce(Task):
         return End(reward=1.0)
 
 
+class EndsAfterAWhile(Task):
+    async def start(self, run: RunContext) -> Observation:
+        await asyncio.sleep(0.5)
+        return End(reward=1.0)
+
+
 says = Environment(name="says", task=Says, group_size=1)
+ends_after_a_while = Environment(name="ends-after-a-while", task=EndsAfterAWhile, group_size=1)
 ends_at_once = Environment(name="ends-at-once", task=EndsAtOnce, group_size=1)
 
 # The chat template refuses one word, as a real template refuses what it cannot render.
@@ -207,3 +214,35 @@ def test_episodes_show_prints_the_refusal(
     code, out, _ = rollout(capsys, "episodes", "show", episode_id, "--json")
     (end,) = json.loads(out)["ends"]
     assert end["status"] == "failed" and "forbidden" in end["error"]
+
+
+class SwallowingLedger(Ledger):
+    """A ledger whose seat heartbeat, cancelled mid-call, returns as if it had succeeded: what
+    psycopg_pool's connection check (under Python 3.11's `wait_for`) does to a cancel that lands
+    at the wrong moment."""
+
+    async def heartbeat(self, claim: SeatClaim, lease_seconds: float = 60.0) -> None:
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(3600)  # the library call in progress when the cancel lands
+
+
+@pytest.mark.timeout(60)
+async def test_a_seat_ends_even_when_its_heartbeats_cancel_is_swallowed(
+    database_url: str, gateway_url: str
+) -> None:
+    ledger = await SwallowingLedger.connect(database_url)
+    try:
+        run_id = await _one_seat(ledger, "ends_after_a_while")
+        # Beats every 0.1 s: the first is in progress when the seat's play ends (0.5 s).
+        runner = Runner(ledger, gateway_url, run_id=run_id, lease_seconds=0.3)
+        try:
+            claim = await ledger.claim_seat(runner.runner_id, run_id=run_id, lease_seconds=30)
+            assert claim is not None
+            result = await asyncio.wait_for(runner.play(claim), timeout=10.0)
+        finally:
+            await runner.close()
+        assert result is not None and result.reward == 1.0
+        (end,) = (await ledger.episode(claim.episode_id)).ends
+        assert end.status == "completed"
+    finally:
+        await ledger.close()

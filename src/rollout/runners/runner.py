@@ -41,6 +41,7 @@ from rollout.harness.errors import TaskError, capped
 from rollout.harness.loading import load_environment
 from rollout.harness.play import SeatResult, make_task, play_seat
 from rollout.ledger import Ledger, SeatClaim, StaleFence
+from rollout.ledger.connection import raise_if_cancelled
 from rollout.net.client import TransportError
 from rollout.runners.client import GatewayCallError, GatewayClient, seat_completer, seat_context
 from rollout.sandboxes import SandboxSeats, sandbox_pool
@@ -64,6 +65,10 @@ def _refusal(error: GatewayCallError) -> str:
     with contextlib.suppress(ValueError, TypeError, LookupError):
         message = str(json.loads(error.body)["error"]["message"])
     return f"the gateway answered {error.status} to a model call: {message}"
+
+
+HEARTBEAT_STOP_S = 10.0
+"""How long a seat's end waits for its heartbeat to stop after cancelling it."""
 
 
 class Runner:
@@ -203,8 +208,9 @@ class Runner:
             return None
         finally:
             heartbeat.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await heartbeat
+            # Waited for, not awaited: a cancel of this play still stops it, and a heartbeat
+            # stuck in a library call cannot keep the seat from ending.
+            await asyncio.wait({heartbeat}, timeout=HEARTBEAT_STOP_S)
         self.seats_played += 1
         try:
             if isinstance(result, SeatResult):
@@ -265,6 +271,9 @@ class Runner:
 
     async def _heartbeat(self, claim: SeatClaim) -> None:
         while True:
+            # A cancel the pool swallowed during the last beat (Python 3.11's `wait_for` inside
+            # psycopg_pool): going on would renew the claim forever while `play` waits here.
+            raise_if_cancelled()
             await asyncio.sleep(self.lease_seconds / 3)
             try:
                 await self.ledger.heartbeat(claim, self.lease_seconds)
