@@ -22,6 +22,8 @@ LAYERS: dict[str, int] = {
     "errors": 1,
     "settings": 1,
     "procs": 1,
+    # 2: a run's configuration and live settings, as typed records
+    "runs": 2,
     # 3: storage, rendering, models, HTTP
     "ledger": 3,
     "blobs": 3,

@@ -44,8 +44,9 @@ from rollout.ledger import EpisodeSpec, Ledger, RunRecord, SeatClaim, StaleFence
 from rollout.ledger.evals import EvalJob, EvalScore
 from rollout.net.client import TransportError
 from rollout.runners.client import GatewayClient, seat_completer, seat_context
-from rollout.training.config import RunSpec
-from rollout.training.errors import TrainingError
+from rollout.runs import live
+from rollout.runs.errors import RunError
+from rollout.runs.spec import RunSpec
 
 log = logging.getLogger("rollout.evaluator")
 
@@ -197,14 +198,14 @@ class Evaluator:
         for run in runs:
             try:
                 spec = RunSpec.of(run)
-            except TrainingError:
+            except RunError:
                 continue
             if spec.training is None or not spec.training.evals:
                 continue
             checkpoints = await self.ledger.checkpoints(run.run_id)
             if not checkpoints:
                 continue
-            finished = bool((await self.ledger.settings(run.run_id)).get("finished"))
+            finished = (await self.ledger.run_settings(run.run_id)).finished
             for schedule in spec.training.evals:
                 for checkpoint in checkpoints:
                     due = schedule.due(checkpoint.version) or (
@@ -406,8 +407,8 @@ class Evaluator:
         """A finished run with nothing left to evaluate gets the `evaluated` setting (the local
         supervisor keeps its evaluator until then)."""
         assert self.run_id is not None
-        settings = await self.ledger.settings(self.run_id)
-        if not settings.get("finished") or settings.get("evaluated"):
+        settings = await self.ledger.run_settings(self.run_id)
+        if not settings.finished or settings.evaluated:
             return
         pending = await self.ledger.eval_requests(self.run_id, pending=True)
         if any((r.run_id, r.suite) not in self._broken for r in pending):
@@ -415,4 +416,4 @@ class Evaluator:
         jobs = await self.ledger.eval_jobs(self.run_id)
         if any(not job.scored for job in jobs):
             return
-        await self.ledger.set_setting(self.run_id, "evaluated", True)
+        await self.ledger.set_setting(self.run_id, live.EVALUATED, True)

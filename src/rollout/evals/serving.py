@@ -24,7 +24,7 @@ from rollout.ledger import Ledger, NotFound, RunRecord
 from rollout.ledger.evals import BASE_VERSION
 from rollout.net.server import AppServer
 from rollout.rendering.base import Renderer
-from rollout.training.config import RunSpec
+from rollout.runs.spec import RunSpec
 
 log = logging.getLogger("rollout.evaluator")
 

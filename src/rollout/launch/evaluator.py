@@ -64,9 +64,9 @@ async def wait_for_evals(
     from rollout.evals.report import score_rows
 
     with console.status("playing the scheduled evals..."):
-        while not (await ledger.settings(run.run_id)).get("evaluated"):
+        while not (await ledger.run_settings(run.run_id)).evaluated:
             problem = stopped()
-            if problem is not None and not (await ledger.settings(run.run_id)).get("evaluated"):
+            if problem is not None and not (await ledger.run_settings(run.run_id)).evaluated:
                 raise RolloutError(problem)
             await ledger.wait("settings", 1.0, run_id=run.run_id)
     rows = score_rows(await ledger.eval_scores(run.run_id))
