@@ -35,7 +35,7 @@ from rollout.ledger import Ledger, RunRecord
 from rollout.runs.config import RunConfig
 from rollout.runs.errors import RunError
 from rollout.runs.spec import RunSpec
-from rollout.settings import Settings
+from rollout.settings import ROLE_VAR, Settings
 
 log = logging.getLogger("rollout.ray")
 
@@ -311,7 +311,7 @@ class RayLauncher:
             "max_restarts": self.max_restarts,
             "max_task_retries": -1,
             "max_concurrency": 4,  # `stop` runs while `run` awaits
-            "runtime_env": {"env_vars": {**self.env, "ROLLOUT_ROLE": placement.name}},
+            "runtime_env": {"env_vars": {**self.env, ROLE_VAR: placement.name}},
         }
         if placement.role not in GPU_ROLES:
             options["scheduling_strategy"] = "SPREAD"
