@@ -39,6 +39,7 @@ LAYERS: dict[str, int] = {
     "inference": 5,
     "bridges": 5,
     "sandboxes": 5,
+    # suites and scoring (they import harness and ledger only: no role package imports them)
     "evals": 5,
     # 6: processes and people
     "launch": 6,

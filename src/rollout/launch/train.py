@@ -38,7 +38,7 @@ from rich.console import Console
 from rollout.errors import RolloutError
 from rollout.harness.loading import load_environment
 from rollout.harness.preflight import start_problem
-from rollout.launch.evaluator import wait_for_evals
+from rollout.launch.evaluator.role import wait_for_evals
 from rollout.launch.local import role_argv
 from rollout.launch.model_folder import resolve_model
 from rollout.launch.new_run import create_run, run_name, training_config

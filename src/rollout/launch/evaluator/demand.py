@@ -12,7 +12,8 @@ from pathlib import Path
 
 from rollout.blobs import BlobStore
 from rollout.evals.errors import EvalError
-from rollout.evals.evaluator import Evaluator, episode_specs
+from rollout.evals.jobs import episode_specs
+from rollout.launch.evaluator.worker import Evaluator
 from rollout.ledger import Ledger, RunRecord
 from rollout.ledger.evals import BASE_VERSION, EvalJob
 from rollout.runs.errors import RunError

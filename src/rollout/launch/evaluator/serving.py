@@ -17,6 +17,7 @@ from pathlib import Path
 from rollout.blobs import BlobStore
 from rollout.bridges.convert import convert_checkpoint
 from rollout.evals.errors import EvalError
+from rollout.evals.report import version_label
 from rollout.gateway.app import create_app
 from rollout.inference.base import InferenceBackend
 from rollout.inference.weights_cache import fetch, weights_folder
@@ -30,16 +31,6 @@ log = logging.getLogger("rollout.evaluator")
 
 CONVERSION = "local"
 """The conversion the evaluator's backend loads."""
-
-
-def version_label(version: int) -> str:
-    """`base` or `v12`.
-
-    Example:
-        >>> version_label(-1), version_label(12)
-        ('base', 'v12')
-    """
-    return "base" if version == BASE_VERSION else f"v{version}"
 
 
 class CheckpointServer:

@@ -1,4 +1,5 @@
-"""The evaluator: turns eval requests into jobs, plays their episodes, records their scores.
+"""The evaluator's worker: turns eval requests into jobs, plays their episodes, records their
+scores (the episodes and scores of a job are `rollout.evals.jobs`).
 
 An evaluator holds no state another process depends on. Each pass it:
 
@@ -7,7 +8,8 @@ An evaluator holds no state another process depends on. Each pass it:
    both writes are idempotent, so a request lost to a kill is made again here;
 2. expands each pending request: resolves the suite, registers its version (a changed suite
    under an old version is refused), creates the job and adds its episodes (kind 'eval');
-3. plays an unscored job: serves the job's checkpoint in this process (`CheckpointServer`),
+3. plays an unscored job: serves the job's checkpoint in this process (`CheckpointServer`,
+   `rollout.launch.evaluator.serving`),
    claims whole episodes (fenced seat claims with their own gateway keys), plays each seat with
    the suite's sampling and ends it under its attempt; once every seat of the job has ended it
    records one score per environment with a 95% interval.
@@ -26,22 +28,22 @@ import os
 import secrets
 import socket
 import tempfile
-from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from rollout.blobs import BlobStore
 from rollout.errors import RolloutError
+from rollout.evals.jobs import episode_specs, job_scores
 from rollout.evals.members import member_environment
-from rollout.evals.serving import CheckpointServer, version_label
-from rollout.evals.stats import estimate
+from rollout.evals.report import version_label
 from rollout.evals.suite import ResolvedSuite, resolve
 from rollout.harness.core import Environment
 from rollout.harness.errors import TaskError
 from rollout.harness.play import make_task, play_seat
-from rollout.ledger import EpisodeSpec, Ledger, RunRecord, SeatClaim, StaleFence
-from rollout.ledger.evals import EvalJob, EvalScore
+from rollout.launch.evaluator.serving import CheckpointServer
+from rollout.ledger import Ledger, RunRecord, SeatClaim, StaleFence
+from rollout.ledger.evals import EvalJob
 from rollout.net.client import TransportError
 from rollout.runners.client import GatewayClient, seat_completer, seat_context
 from rollout.runs import live
@@ -53,61 +55,6 @@ log = logging.getLogger("rollout.evaluator")
 
 def default_evaluator_id() -> str:
     return f"evaluator-{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(2)}"
-
-
-def episode_specs(job: EvalJob, suite: ResolvedSuite) -> list[EpisodeSpec]:
-    """The job's episodes: group `job_id`, member k = the episode's place in the suite."""
-    specs: list[EpisodeSpec] = []
-    for member in suite.members:
-        for parameters in member.parameters:
-            k = len(specs)
-            specs.append(
-                EpisodeSpec(
-                    group_index=job.job_id,
-                    member=k,
-                    parameters=dict(parameters),
-                    seed=(suite.sampling.seed or 0) + k,
-                    agents=member.agents,
-                    kind="eval",
-                )
-            )
-    return specs
-
-
-def job_scores(suite: ResolvedSuite, ends: Sequence[Any]) -> list[EvalScore]:
-    """One score per environment from the seat ends of a finished job.
-
-    An episode's value is the mean reward of its seats (a failed seat counts with the reward it
-    ended with, 0); each episode counts once.
-    """
-    rewards: dict[int, list[float]] = defaultdict(list)
-    failed: set[int] = set()
-    for end in ends:
-        rewards[end.member].append(float(end.reward))
-        if end.status == "failed":
-            failed.add(end.member)
-    scores: list[EvalScore] = []
-    first = 0
-    for position, member in enumerate(suite.members):
-        members = range(first, first + len(member.parameters))
-        first += len(member.parameters)
-        values = [sum(rewards[k]) / len(rewards[k]) for k in members if rewards[k]]
-        if not values:
-            continue
-        e = estimate(values)
-        scores.append(
-            EvalScore(
-                environment=member.name,
-                position=position,
-                score=e.mean,
-                ci_low=e.low,
-                ci_high=e.high,
-                episodes=e.n,
-                failed=sum(1 for k in members if k in failed),
-                method=e.method,
-            )
-        )
-    return scores
 
 
 class Evaluator:
