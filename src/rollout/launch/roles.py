@@ -131,9 +131,8 @@ async def _serving_backend(
 
 async def gateway(stop: asyncio.Event, *, run: str, host: str, port: int) -> None:
     from rollout.gateway.admission import LagGate
-    from rollout.gateway.app import create_app
     from rollout.inference.remote import RemoteBackend
-    from rollout.net.server import AppServer
+    from rollout.launch.serve import serve_gateway
     from rollout.rendering import HFRenderer
 
     ledger = await _connect()
@@ -156,9 +155,15 @@ async def gateway(stop: asyncio.Event, *, run: str, host: str, port: int) -> Non
         async def admission(_key: object) -> None:
             await gate.admit()
 
-        app = create_app(ledger, renderer, backend, model_name=record.name, admission=admission)
-        server = AppServer(app, host=host, port=port)
-        await server.start()
+        server = await serve_gateway(
+            ledger,
+            renderer,
+            backend,
+            model_name=record.name,
+            admission=admission,
+            host=host,
+            port=port,
+        )
         await advertise(ledger, record.run_id, live.GATEWAY_URL, server.url)
         log.info("gateway for %s at %s/v1", record.run_id, server.url)
         ledger.set_process_status(f"serving at {server.url}/v1")

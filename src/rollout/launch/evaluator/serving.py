@@ -18,9 +18,9 @@ from rollout.blobs import BlobStore
 from rollout.bridges.convert import convert_checkpoint
 from rollout.evals.errors import EvalError
 from rollout.evals.report import version_label
-from rollout.gateway.app import create_app
 from rollout.inference.base import InferenceBackend
 from rollout.inference.weights_cache import fetch, weights_folder
+from rollout.launch.serve import serve_gateway
 from rollout.ledger import Ledger, NotFound, RunRecord
 from rollout.ledger.evals import BASE_VERSION
 from rollout.net.server import AppServer
@@ -64,10 +64,9 @@ class CheckpointServer:
                 if load is None:
                     raise EvalError(f"model {spec.model!r} cannot load checkpoint weights")
                 await load(folder, version)
-            app = create_app(
+            server = await serve_gateway(
                 self.ledger, renderer, backend, model_name=f"{run.name}@{version_label(version)}"
             )
-            server = await AppServer(app).start()
         except BaseException:
             await backend.close()
             raise
