@@ -64,8 +64,8 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
 
     from rollout.contracts import Turn
     from rollout.models import init_model
+    from rollout.runs.config import ImportanceConfig
     from rollout.training.advantages import group_advantages
-    from rollout.training.config import ImportanceConfig
     from rollout.training.loss import LossConfig
     from rollout.training.providers.base import TrainBatch
     from rollout.training.providers.torch import TorchProvider

@@ -58,6 +58,13 @@ def test_runs_list_show_set_pause_resume(capsys: pytest.CaptureFixture[str]) -> 
     assert [r["run_id"] for r in json.loads(out)] == [run_id]
 
     assert rollout(capsys, "runs", "set", run_id, "--max-lag", "3")[0] == 0
+    # Refused by the one check of each setting (rollout.runs.live), before anything is stored.
+    code, _, err = rollout(
+        capsys, "runs", "set", run_id, "--max-lag", "2", "--keep-checkpoints", "0"
+    )
+    assert code == 2 and "keep_checkpoints = 0" in err and "Traceback" not in err
+    code, _, err = rollout(capsys, "runs", "set", run_id, "--max-lag", "-1")
+    assert code == 2 and "run setting max_lag = -1" in err
     assert rollout(capsys, "runs", "pause", run_id)[0] == 0
     code, out, _ = rollout(capsys, "runs", "show", run_id, "--json")
     detail = json.loads(out)

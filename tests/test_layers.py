@@ -22,6 +22,8 @@ LAYERS: dict[str, int] = {
     "errors": 1,
     "settings": 1,
     "procs": 1,
+    # 2: a run's configuration and live settings, as typed records
+    "runs": 2,
     # 3: storage, rendering, models, HTTP
     "ledger": 3,
     "blobs": 3,
@@ -37,6 +39,7 @@ LAYERS: dict[str, int] = {
     "inference": 5,
     "bridges": 5,
     "sandboxes": 5,
+    # suites and scoring (they import harness and ledger only: no role package imports them)
     "evals": 5,
     # 6: processes and people
     "launch": 6,

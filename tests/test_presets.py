@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 
 from rollout.errors import RolloutError
-from rollout.training.config import RunConfig, load_preset, parse_config, presets_dir
-from rollout.training.errors import TrainingError
+from rollout.launch.available import require_available
+from rollout.launch.errors import Unavailable
+from rollout.runs.config import RunConfig
+from rollout.runs.presets import load_preset, parse_config, presets_dir
 from tests.cli_helpers import rollout
 
 PRESETS = sorted(p.stem for p in presets_dir().glob("*.yaml"))
@@ -110,10 +112,8 @@ def test_the_refusal_comes_before_anything_starts(embedded_state_dir: Path) -> N
 def test_a_missing_vllm_environment_is_named(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from rollout.training.config import require_available
-
     monkeypatch.setenv("ROLLOUT_VLLM_ENV", str(tmp_path / "none"))
-    with pytest.raises(TrainingError, match="rollout setup vllm"):
+    with pytest.raises(Unavailable, match="rollout setup vllm"):
         require_available(load_preset("cpu-vllm"))
     # An existing server given by URL needs no environment here.
     config = load_preset("cpu-vllm")

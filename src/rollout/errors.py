@@ -7,7 +7,8 @@ bad input, `LookupError` for something missing), so code written against the sta
 exceptions keeps working. Each package defines the subclasses it raises next to its code
 (`rollout.ledger.errors`, `rollout.harness.errors`, ...); they all descend from this root.
 
-Messages name the offending field and show the value, shortened with `describe`.
+Messages name the offending field and show the value, shortened with `describe`; `problems`
+spells out a pydantic `ValidationError` the same way, field by field.
 
 Example:
     >>> from rollout.errors import RolloutError, describe
@@ -19,10 +20,26 @@ Example:
 
 from __future__ import annotations
 
+import json
+from typing import TYPE_CHECKING
+
 from rolloutlib.errors import describe
 
-__all__ = ["RolloutError", "describe"]
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
+__all__ = ["RolloutError", "describe", "problems"]
 
 
 class RolloutError(Exception):
     """Base class of every error the platform raises on purpose."""
+
+
+def problems(error: ValidationError, *, whole: str = "") -> str:
+    """Each problem of a pydantic `error` as `field: message (got value)`, joined by `; `
+    (`whole` names a problem of the whole object, which has no field)."""
+    return "; ".join(
+        f"{'.'.join(str(p) for p in e['loc']) or whole}: {e['msg']} "
+        f"(got {json.dumps(e.get('input'), default=str)[:80]})"
+        for e in error.errors()
+    )

@@ -1,6 +1,7 @@
 """Where the platform keeps its state and finds its services: one object, read from the environment.
 
-Every process reads the same variables, in one place:
+Every process reads the same variables, in one place (no other module reads a `ROLLOUT_*`
+variable; `tests/test_settings.py` checks it):
 
 - `ROLLOUT_STATE_DIR`: the state folder; unset, the project's `.rollout` found the way git finds
   `.git` (`find_state_dir`: the first folder up from the current one that holds `.rollout/` or
@@ -13,6 +14,16 @@ Every process reads the same variables, in one place:
   back-off) before it stops with a one-line message; default 60.
 - `ROLLOUT_LOG_MAX_MB`: the size at which the local supervisor rotates a role's log
   (`<role>.log` becomes `<role>.log.1`, keeping three older files); default 100, 0 never rotates.
+- `ROLLOUT_VLLM_ENV`: vLLM's own virtual environment (`rollout setup vllm`); unset, `.venv-vllm`
+  next to the project's `.venv` (`rollout.inference.vllm_env`).
+- `ROLLOUT_MONITOR_TOKEN`: the token `rollout monitor` requires when `--token` is not given.
+
+The platform sets two more for the processes it starts (their names are here too):
+
+- `ROLLOUT_OWNER_PID`: the pid of the process that started this one; it watches it and stops
+  when it is gone (`rollout.launch.owner`, which removes the variable once read).
+- `ROLLOUT_ROLE`: the role a Ray worker plays (`rollout.launch.ray`), so a process list names it;
+  nothing reads it.
 
 `get_settings()` returns the `Settings` of the current environment. It is read once and kept;
 a changed environment (a test that sets a variable) is read again.
@@ -27,6 +38,8 @@ Example:
     (60.0, 5.0)
     >>> settings.log_max_bytes, Settings.from_environ({"ROLLOUT_LOG_MAX_MB": "0.5"}).log_max_bytes
     (100000000, 500000)
+    >>> settings.owner_pid, Settings.from_environ({"ROLLOUT_OWNER_PID": "42"}).owner_pid
+    (None, 42)
 
     >>> import tempfile
     >>> root = Path(tempfile.mkdtemp())
@@ -54,7 +67,22 @@ DATABASE_URL_VAR = "ROLLOUT_DATABASE_URL"
 BLOB_URL_VAR = "ROLLOUT_BLOB_URL"
 DB_OUTAGE_VAR = "ROLLOUT_DB_OUTAGE_S"
 LOG_MAX_VAR = "ROLLOUT_LOG_MAX_MB"
-ENVIRONMENT_VARIABLES = (STATE_DIR_VAR, DATABASE_URL_VAR, BLOB_URL_VAR, DB_OUTAGE_VAR, LOG_MAX_VAR)
+VLLM_ENV_VAR = "ROLLOUT_VLLM_ENV"
+MONITOR_TOKEN_VAR = "ROLLOUT_MONITOR_TOKEN"
+OWNER_PID_VAR = "ROLLOUT_OWNER_PID"
+ROLE_VAR = "ROLLOUT_ROLE"
+ENVIRONMENT_VARIABLES = (
+    STATE_DIR_VAR,
+    DATABASE_URL_VAR,
+    BLOB_URL_VAR,
+    DB_OUTAGE_VAR,
+    LOG_MAX_VAR,
+    VLLM_ENV_VAR,
+    MONITOR_TOKEN_VAR,
+)
+"""The variables people set (`rollout --help` lists them)."""
+READ_VARIABLES = (*ENVIRONMENT_VARIABLES, OWNER_PID_VAR)
+"""Every variable `Settings` reads."""
 DEFAULT_STATE_DIR = ".rollout"
 DEFAULT_DB_OUTAGE_S = 60.0
 DEFAULT_LOG_MAX_MB = 100.0
@@ -118,6 +146,12 @@ class Settings:
     """Seconds a process retries an unreachable database before it gives up."""
     log_max_bytes: int = int(DEFAULT_LOG_MAX_MB * 1_000_000)
     """The size at which a role's log is rotated (0: never)."""
+    vllm_env: Path | None = None
+    """vLLM's virtual environment, when given (absolute)."""
+    monitor_token: str | None = None
+    """The token the monitor requires, when given."""
+    owner_pid: int | None = None
+    """The pid of the process that started this one, when it said so."""
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -125,6 +159,8 @@ class Settings:
         env = os.environ if environ is None else environ
         given = env.get(STATE_DIR_VAR)
         state = Path(given).expanduser().resolve() if given else find_state_dir(Path(os.getcwd()))
+        vllm_env = env.get(VLLM_ENV_VAR)
+        owner = env.get(OWNER_PID_VAR) or ""
         return cls(
             state_dir=state,
             database_url=env.get(DATABASE_URL_VAR) or None,
@@ -133,6 +169,9 @@ class Settings:
                 DB_OUTAGE_VAR, env.get(DB_OUTAGE_VAR), DEFAULT_DB_OUTAGE_S, "seconds"
             ),
             log_max_bytes=_size(LOG_MAX_VAR, env.get(LOG_MAX_VAR), DEFAULT_LOG_MAX_MB),
+            vllm_env=Path(vllm_env).expanduser().resolve() if vllm_env else None,
+            monitor_token=env.get(MONITOR_TOKEN_VAR) or None,
+            owner_pid=int(owner) if owner.isdigit() else None,
         )
 
     @property
@@ -167,13 +206,13 @@ class Settings:
 @lru_cache(maxsize=8)
 def _settings_for(snapshot: tuple[str | None, ...], cwd: str) -> Settings:
     del cwd  # part of the cache key: a relative state folder depends on it
-    pairs = zip(ENVIRONMENT_VARIABLES, snapshot, strict=True)
+    pairs = zip(READ_VARIABLES, snapshot, strict=True)
     return Settings.from_environ({name: value for name, value in pairs if value is not None})
 
 
 def get_settings() -> Settings:
     """The settings of the current environment (read once per distinct environment)."""
-    snapshot = tuple(os.environ.get(name) for name in ENVIRONMENT_VARIABLES)
+    snapshot = tuple(os.environ.get(name) for name in READ_VARIABLES)
     return _settings_for(snapshot, os.getcwd())
 
 

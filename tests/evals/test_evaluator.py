@@ -15,9 +15,9 @@ from rolloutlib.evals import run_benchmark
 from rolloutlib.graders import Score
 
 from rollout.blobs import BlobStore
-from rollout.evals.demand import evaluate
 from rollout.evals.report import score_rows
 from rollout.evals.suite import resolve
+from rollout.launch.evaluator.demand import evaluate
 from rollout.ledger import Ledger
 from rollout.ledger.evals import SuiteVersionConflict
 from tests.cli_helpers import rollout

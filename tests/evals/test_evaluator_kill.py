@@ -22,7 +22,7 @@ import psycopg
 import pytest
 
 from rollout.blobs import BlobStore
-from rollout.evals.demand import evaluate
+from rollout.launch.evaluator.demand import evaluate
 from rollout.ledger import Ledger
 
 EPISODES = 40

@@ -20,7 +20,7 @@ from tests.launch.failed_runs import new_run, play
 
 async def _wanted(ledger: Ledger, run_id: str) -> bool:
     supervisor = LocalSupervisor(ledger, get_settings())
-    return await supervisor._wanted(await ledger.get_run(run_id), await ledger.settings(run_id))
+    return await supervisor._wanted(await ledger.get_run(run_id), await ledger.run_settings(run_id))
 
 
 async def test_a_failing_run_pauses_itself_and_resume_continues_it_judged_afresh(

@@ -100,15 +100,17 @@ async def test_the_supervisor_skips_failed_and_stopped_runs_unless_named(
     supervisor = LocalSupervisor(ledger, get_settings())
     for run_id in (broken, stopped):
         run = await ledger.get_run(run_id)
-        assert not await supervisor._wanted(run, await ledger.settings(run_id))
+        assert not await supervisor._wanted(run, await ledger.run_settings(run_id))
     assert (await ledger.settings(broken))["status"] == "failed"
 
     named = LocalSupervisor(ledger, get_settings(), runs=["stopped"])
     run = await ledger.get_run(stopped)
-    assert await named._wanted(run, await ledger.settings(stopped))  # `rollout up --run stopped`
+    assert await named._wanted(
+        run, await ledger.run_settings(stopped)
+    )  # `rollout up --run stopped`
     assert (await ledger.settings(stopped))["status"] == "running"
     run = await ledger.get_run(broken)
-    assert not await named._wanted(run, await ledger.settings(broken))
+    assert not await named._wanted(run, await ledger.run_settings(broken))
 
 
 def test_the_summary_counts_failed_episodes_and_hints_commands_that_work_as_printed() -> None:

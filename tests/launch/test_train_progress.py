@@ -18,7 +18,8 @@ from rollout.launch.progress import TrainingProgress, watch_training
 from rollout.launch.summary import print_summary, summarize
 from rollout.ledger import CheckpointRecord, Lease, Ledger
 from rollout.ledger.leases import trainer_lease
-from rollout.training.config import RunConfig, RunSpec
+from rollout.runs.config import RunConfig
+from rollout.runs.spec import RunSpec
 
 
 async def _trainer(ledger: Ledger, run_id: str) -> Lease:
@@ -60,6 +61,9 @@ def test_training_config_applies_overrides_then_steps_and_max_lag() -> None:
     with pytest.raises(RolloutError, match="max_lag") as caught:
         training_config("cpu-tiny", ["max_lag=many"])
     assert "many" in str(caught.value)
+    # --max-lag is checked by the same bounds as the preset's field (rollout.runs.live).
+    with pytest.raises(RolloutError, match=r"--max-lag: invalid preset: max_lag: .*\(got -1\)"):
+        training_config("cpu-tiny", max_lag=-1)
 
 
 def test_resolve_model_prefers_the_override_and_names_a_folder_without_config(

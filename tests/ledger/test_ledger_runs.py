@@ -5,6 +5,9 @@ from __future__ import annotations
 import pytest
 
 from rollout.ledger import InvalidInput, Ledger, LedgerError, NotFound, RunRecord
+from rollout.runs import live
+from rollout.runs.config import RunConfig
+from rollout.runs.errors import InvalidSetting
 
 
 async def test_create_run_is_idempotent_on_name(ledger: Ledger) -> None:
@@ -51,4 +54,28 @@ async def test_bad_input_names_the_field(ledger: Ledger, run: RunRecord) -> None
     with pytest.raises(InvalidInput, match="run name"):
         await ledger.create_run("  ", "env:a", {})
     with pytest.raises(InvalidInput, match="NaN"):
-        await ledger.set_setting(run.run_id, "max_lag", float("nan"))
+        await ledger.set_setting(run.run_id, live.SAMPLING, {"temperature": float("nan")})
+
+
+async def test_settings_are_checked_by_their_field_and_read_back_typed(
+    ledger: Ledger, run: RunRecord
+) -> None:
+    for key, value, problem in [
+        ("max_lag", -1, "max_lag = -1: Input should be greater than or equal to 0"),
+        ("max_lag", float("nan"), "max_lag = nan"),
+        ("keep_checkpoints", 0, "keep_checkpoints = 0"),
+        ("status", "gone", "status = 'gone'"),
+        ("max_lagg", 1, "unknown run setting 'max_lagg'"),
+    ]:
+        with pytest.raises(InvalidSetting, match=problem):
+            await ledger.set_setting(run.run_id, key, value)
+    assert await ledger.settings(run.run_id) == {}
+    # Unset: the run's config, else the default; a value given as text is stored as a number.
+    typed = await ledger.run_settings(run.run_id, RunConfig.model_validate({"max_lag": 4}))
+    assert (typed.max_lag, typed.paused, typed.status) == (4, False, None)
+    assert (await ledger.run_settings(run.run_id)).max_lag == live.DEFAULT_MAX_LAG
+    assert await ledger.set_setting(run.run_id, live.MAX_LAG, "2")
+    assert (await ledger.settings(run.run_id))[live.MAX_LAG] == 2
+    assert (
+        await ledger.run_settings(run.run_id, RunConfig.model_validate({"max_lag": 4}))
+    ).max_lag == 2

@@ -13,7 +13,7 @@ import torch
 from pydantic import ValidationError
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
-from rollout.models import ARCH_NAMES, ARCHITECTURES, ModelError, init_model
+from rollout.models import ARCHITECTURES, ModelError, init_model
 from rollout.models.hf import (
     TOKENIZER_FILES,
     cache_argument,
@@ -26,7 +26,8 @@ from rollout.models.hf import (
 from rollout.models.logprobs import completion_logprobs, token_logprobs
 from rollout.models.padding import left_padded
 from rollout.rendering import HFRenderer
-from rollout.training.config import ModelInit
+from rollout.runs.architectures import ARCH_NAMES
+from rollout.runs.config import ModelInit
 
 
 @pytest.fixture(scope="module")
@@ -123,8 +124,8 @@ def test_one_list_of_architectures_for_the_builder_the_config_and_the_cli() -> N
 
 def test_the_architecture_list_imports_without_torch() -> None:
     code = (
-        "import sys; from rollout.models.architectures import ARCH_NAMES; "
-        "import rollout.training.config; print('torch' in sys.modules)"
+        "import sys; from rollout.runs.architectures import ARCH_NAMES; "
+        "import rollout.runs.config; print('torch' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

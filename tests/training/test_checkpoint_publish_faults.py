@@ -11,7 +11,7 @@ import pytest
 
 from rollout.blobs import BlobError, LocalBlobStore
 from rollout.ledger import CheckpointRecord, Ledger, RunRecord
-from rollout.training.config import RunConfig
+from rollout.runs.config import RunConfig
 from rollout.training.loop import Trainer, checkpoint_uri, make_provider
 
 

@@ -19,7 +19,7 @@ from rollout.bridges.convert import convert_folder
 from rollout.contracts import SamplingParams
 from rollout.inference.base import BackendError, InferenceBackend
 from rollout.inference.tinker import TinkerSamplingBackend
-from rollout.training.config import ImportanceConfig
+from rollout.runs.config import ImportanceConfig
 from rollout.training.errors import CheckpointError, TrainingError
 from rollout.training.loss import LossConfig
 from rollout.training.providers.base import TrainBatch, TrainingProvider

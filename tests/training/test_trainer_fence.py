@@ -13,7 +13,7 @@ import pytest
 from rollout.blobs import LocalBlobStore
 from rollout.ledger import Ledger, RunRecord, StaleFence
 from rollout.ledger.leases import trainer_lease
-from rollout.training.config import RunConfig
+from rollout.runs.config import RunConfig
 from rollout.training.errors import FencedOut
 from rollout.training.loop import Trainer, checkpoint_uri, make_provider
 

@@ -6,7 +6,7 @@ import pytest
 
 from rollout.harness.loading import load_environment
 from rollout.ledger import Ledger
-from rollout.training.config import RunConfig
+from rollout.runs.config import RunConfig
 from rollout.training.loop import Trainer
 
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from rollout.training.config import ImportanceConfig
+from rollout.runs.config import ImportanceConfig
 from rollout.training.errors import TrainingError
 from rollout.training.importance import importance_weights
 from rollout.training.loss import LossConfig, policy_gradient_loss, supervised_loss

@@ -10,7 +10,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rollout.contracts import Turn
-from rollout.training.config import ImportanceConfig
+from rollout.runs.config import ImportanceConfig
 from rollout.training.errors import CheckpointError, TrainingError
 from rollout.training.loss import LossConfig
 from rollout.training.providers.base import TrainBatch, TrainingProvider

@@ -47,7 +47,7 @@ from rollout.blobs import BlobStore
 from rollout.launch.new_run import create_run
 from rollout.ledger import Ledger
 from rollout.ledger.leases import trainer_lease
-from rollout.training.config import RunConfig
+from rollout.runs.config import RunConfig
 
 STEPS = 2
 """Step 1 by A, step 2 by B after its take-over."""

@@ -8,8 +8,8 @@ import logging
 from rollout.blobs import BlobStore
 from rollout.bridges.convert import convert_checkpoint
 from rollout.ledger import Ledger, RunRecord
-from rollout.training.config import RunSpec
-from rollout.training.errors import TrainingError
+from rollout.runs.errors import RunError
+from rollout.runs.spec import RunSpec
 
 log = logging.getLogger("rollout.bridge")
 
@@ -27,7 +27,7 @@ class Bridge:
         if run.run_id not in self._specs:
             try:
                 spec: RunSpec | None = RunSpec.of(run)
-            except TrainingError as error:
+            except RunError as error:
                 log.warning("%s; not converting its checkpoints", error)
                 spec = None
             self._specs[run.run_id] = spec if spec is None or spec.kind == "train" else None
@@ -37,14 +37,14 @@ class Bridge:
         """Convert every checkpoint that lacks a conversion. Returns how many were made."""
         made = 0
         for run in await self.ledger.list_runs():
-            settings = await self.ledger.settings(run.run_id)
-            if settings.get("finished"):
+            settings = await self.ledger.run_settings(run.run_id)
+            if settings.finished:
                 continue
             spec = self._spec(run)
             if spec is None:
                 continue
             backends = [spec.backend]
-            deleted = set(settings.get("deleted_checkpoints") or [])  # training.retention
+            deleted = set(settings.deleted_checkpoints)  # training.retention
             for checkpoint in await self.ledger.checkpoints(run.run_id):
                 if checkpoint.version in deleted:
                     continue

@@ -41,7 +41,7 @@ from rollout.cli import (
 from rollout.cli.common import err_console
 from rollout.cli.help import plain_help
 from rollout.errors import RolloutError
-from rollout.settings import ENVIRONMENT_VARIABLES
+from rollout.settings import DATABASE_URL_VAR, ENVIRONMENT_VARIABLES, get_settings
 
 plain_help()  # TEXT/INTEGER and no <bool> or {spec} (rollout.cli.help)
 
@@ -51,8 +51,8 @@ app = typer.Typer(
     epilog=(
         "Settings come from the environment: "
         + ", ".join(ENVIRONMENT_VARIABLES)
-        + " (the state folder, default: the nearest .rollout/ up from here or the uv workspace's; "
-        "an external Postgres; a blob folder or s3:// URL)."
+        + " (rollout.settings says what each means; the state folder defaults to the nearest "
+        ".rollout/ up from here or the uv workspace's)."
     ),
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -133,11 +133,7 @@ def environment_error(error: BaseException) -> str | None:
     module = type(error).__module__
     if module.startswith("psycopg"):
         first = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
-        where = (
-            "ROLLOUT_DATABASE_URL"
-            if os.environ.get("ROLLOUT_DATABASE_URL")
-            else "the embedded database"
-        )
+        where = DATABASE_URL_VAR if get_settings().database_url else "the embedded database"
         name = type(error).__name__
         if name == "OperationalError":
             return f"cannot reach the database ({where}): {first}"

@@ -95,9 +95,8 @@ async def _served_seats(
     spec: str, environment: Any, renderer: Any, backend: Any, model: str, seed: int
 ) -> AsyncIterator[_Seats]:
     """Every seat of one 'env-check' episode claimed, and a gateway serving their keys."""
-    from rollout.gateway.app import create_app
+    from rollout.launch.serve import serve_gateway
     from rollout.ledger import EpisodeSpec, Ledger
-    from rollout.net.server import AppServer
 
     ledger = await Ledger.connect()
     try:
@@ -122,7 +121,7 @@ async def _served_seats(
         claims = await ledger.claim_seats(
             "env-check", limit=environment.agents, run_id=run.run_id, lease_seconds=600.0
         )
-        server = await AppServer(create_app(ledger, renderer, backend, model_name=model)).start()
+        server = await serve_gateway(ledger, renderer, backend, model_name=model)
         seats = _Seats()
         for claim in claims:
             seats[claim.agent] = {

@@ -69,8 +69,8 @@ def evals_run(
 ) -> None:
     """Evaluate a checkpoint of a run (default: the newest run) with a suite, now."""
     from rollout.blobs import BlobStore
-    from rollout.evals.demand import evaluate
     from rollout.evals.report import job_rows
+    from rollout.launch.evaluator.demand import evaluate
     from rollout.ledger import Ledger
 
     async def go() -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -159,7 +159,7 @@ def evaluator_role(
 ) -> None:
     """Play eval requests and jobs (of one run, or all) on the checkpoints they name."""
     from rollout.cli.roles import _serve_role
-    from rollout.launch.evaluator import evaluator
+    from rollout.launch.evaluator.role import evaluator
 
     _serve_role(
         lambda stop: evaluator(

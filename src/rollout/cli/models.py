@@ -9,7 +9,7 @@ import typer
 
 from rollout.cli.common import console
 from rollout.errors import RolloutError
-from rollout.models.architectures import ARCH_NAMES, describe_names
+from rollout.runs.architectures import ARCH_NAMES, describe_names
 
 model_app = typer.Typer(help="Build tiny local models.", no_args_is_help=True)
 

@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from rollout.cli.common import console, run_async
+from rollout.settings import MONITOR_TOKEN_VAR
 
 
 def monitor(
@@ -20,8 +21,8 @@ def monitor(
         str | None,
         typer.Option(
             "--token",
-            envvar="ROLLOUT_MONITOR_TOKEN",
-            help="Require this token on every request (header, or the cookie a ?token= link sets).",
+            help="Require this token on every request (header, or the cookie a ?token= link sets; "
+            f"default: {MONITOR_TOKEN_VAR}).",
         ),
     ] = None,
 ) -> None:
@@ -31,7 +32,9 @@ def monitor(
     import signal
 
     from rollout.monitor.app import check_binding, serve
+    from rollout.settings import get_settings
 
+    token = token or get_settings().monitor_token
     check_binding(host, token)  # refuse before connecting to anything
 
     async def go() -> None:

@@ -9,6 +9,7 @@ from rich.table import Table
 
 from rollout.cli.common import JsonFlag, console, print_json, query, run_async
 from rollout.errors import RolloutError
+from rollout.runs import live
 
 if TYPE_CHECKING:
     from rollout.ledger import Ledger
@@ -24,7 +25,7 @@ async def _with_reasons(ledger: Ledger) -> list[dict[str, Any]]:
     rows = await run_summaries(ledger)
     for row in rows:
         if row["state"] == "failed":
-            row["reason"] = (await ledger.settings(row["run_id"])).get("error")
+            row["reason"] = (await ledger.run_settings(row["run_id"])).error
     return rows
 
 
@@ -136,22 +137,21 @@ def runs_set(
     run: Annotated[str, typer.Argument(help="Run id or name.")],
     max_lag: Annotated[
         int | None,
-        typer.Option("--max-lag", min=0, help="Turns begin only on versions >= newest - N."),
+        typer.Option("--max-lag", metavar="N", help="Turns begin only on versions >= newest - N."),
     ] = None,
     keep_checkpoints: Annotated[
         int | None,
         typer.Option(
             "--keep-checkpoints",
-            min=1,
             metavar="N",
-            help="Keep the files of the last N checkpoints (default 3; older ones are deleted).",
+            help="Keep the files of the last N checkpoints (default: the preset's, "
+            f"{live.DEFAULT_KEEP_CHECKPOINTS} unless it says; older ones are deleted).",
         ),
     ] = None,
     keep_version: Annotated[
         list[int] | None,
         typer.Option(
             "--keep-version",
-            min=0,
             metavar="V",
             help="Also keep checkpoint V's files whatever its age (repeatable).",
         ),
@@ -160,15 +160,17 @@ def runs_set(
     """Change a run's settings mid-run (effective for turns that begin afterwards)."""
     values: dict[str, Any] = {}
     if max_lag is not None:
-        values["max_lag"] = max_lag
+        values[live.MAX_LAG] = max_lag
     if keep_checkpoints is not None:
-        values["keep_checkpoints"] = keep_checkpoints
+        values[live.KEEP_CHECKPOINTS] = keep_checkpoints
     if keep_version:
-        values["keep_versions"] = sorted(set(keep_version))
+        values[live.KEEP_VERSIONS] = sorted(set(keep_version))
     if not values:
         raise RolloutError(
             "nothing to set: pass --max-lag N, --keep-checkpoints N or --keep-version V"
         )
+    for key, value in values.items():
+        live.check_setting(key, value)  # every value checked before any is stored
     run_id = run_async(_set_settings(run, values))
     console.print(f"{run_id}: " + ", ".join(f"{k} = {v}" for k, v in values.items()))
 
@@ -179,10 +181,10 @@ def _pause(run: str, *, paused: bool) -> tuple[str, str, str | None]:
 
     async def go(ledger: Ledger) -> tuple[str, str, str | None]:
         record = await ledger.get_run(run)
-        settings = await ledger.settings(record.run_id)
+        settings = await ledger.run_settings(record.run_id)
         await (ledger.pause_run if paused else ledger.resume_run)(record.run_id)
-        failed = not paused and settings.get("status") == "failed"
-        error = str(settings.get("error") or "the run failed") if failed else None
+        failed = not paused and settings.status == "failed"
+        error = (settings.error or "the run failed") if failed else None
         return record.run_id, record.name, error
 
     return query(go)
@@ -222,7 +224,7 @@ def runs_stop(run: Annotated[str, typer.Argument(help="Run id or name.")]) -> No
 
     async def go(ledger: Ledger) -> str:
         record = await ledger.get_run(run)
-        await ledger.set_setting(record.run_id, "status", "stopped")
+        await ledger.set_setting(record.run_id, live.STATUS, "stopped")
         return record.name
 
     name = query(go)

@@ -17,7 +17,6 @@ def train(
         int | None,
         typer.Option(
             "--max-lag",
-            min=0,
             metavar="STEPS",
             help="How many optimizer steps older than the trainer's the model that samples an "
             "episode's turns may be (0: on-policy; higher: more throughput, more off-policy).",

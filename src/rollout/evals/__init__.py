@@ -6,22 +6,19 @@
 - members.py: the platform `Environment` behind each suite member: any platform environment
   (multi-agent ones included) or rolloutlib's GSM8K/AIME benchmarks, graded by their own
   environments as `rolloutlib.evals.run_benchmark` grades them.
-- serving.py: `CheckpointServer`, the evaluator's own backend and gateway serving the
-  checkpoint asked for, alongside training.
-- evaluator.py: `Evaluator`, the role that turns requests into jobs, plays their episodes
-  (ledger episodes of kind 'eval', never trained on) and records one score per environment.
+- jobs.py: a job's episodes (ledger episodes of kind 'eval', never trained on) and its scores,
+  one per environment (`episode_specs`, `job_scores`).
 - stats.py: the score and its 95% interval (`estimate`: Wilson for pass/fail, else Student-t).
-- demand.py: `evaluate`, behind `rollout evals run SUITE --checkpoint VERSION|latest|base`.
 - report.py: rows for `rollout evals list|show`, with deltas to the base model and the previous
   eval.
 
-The ledger side (suites, requests, jobs, scores) is `rollout.ledger.evals`; a preset asks for
-scheduled evals with `evals: [{suite: parity, every: 20}]`. See docs/evals.md.
+The ledger side (suites, requests, jobs, scores) is `rollout.ledger.evals`; the evaluator role
+that plays the jobs (its worker, its checkpoint server, on-demand evals) is assembled in
+`rollout.launch.evaluator`. A preset asks for scheduled evals with
+`evals: [{suite: parity, every: 20}]`. See docs/evals.md.
 """
 
-from rollout.evals.demand import evaluate
 from rollout.evals.errors import EvalError, SuiteError
-from rollout.evals.evaluator import Evaluator
 from rollout.evals.stats import Estimate, estimate
 from rollout.evals.suite import (
     ResolvedMember,
@@ -36,7 +33,6 @@ from rollout.evals.suite import (
 __all__ = [
     "Estimate",
     "EvalError",
-    "Evaluator",
     "ResolvedMember",
     "ResolvedSuite",
     "Suite",
@@ -44,7 +40,6 @@ __all__ = [
     "SuiteMember",
     "SuiteSampling",
     "estimate",
-    "evaluate",
     "load_suite",
     "resolve",
 ]

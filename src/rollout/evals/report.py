@@ -19,8 +19,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from rollout.evals.serving import version_label
 from rollout.ledger.evals import BASE_VERSION, EvalJob, EvalScoreRecord
+
+
+def version_label(version: int) -> str:
+    """`base` or `v12`.
+
+    Example:
+        >>> version_label(-1), version_label(12)
+        ('base', 'v12')
+    """
+    return "base" if version == BASE_VERSION else f"v{version}"
 
 
 def _delta(score: float, other: float | None) -> float | None:

@@ -35,6 +35,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from rollout.errors import problems
 from rollout.evals.errors import SuiteError
 from rollout.harness.loading import load_environment
 
@@ -255,12 +256,7 @@ def parse_suite(data: Any, *, source: str) -> Suite:
     try:
         return Suite.model_validate(dict(data))
     except ValidationError as error:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or 'suite'}: {e['msg']} "
-            f"(got {json.dumps(e.get('input'), default=str)[:80]})"
-            for e in error.errors()
-        )
-        raise SuiteError(f"{source}: invalid suite: {problems}") from None
+        raise SuiteError(f"{source}: invalid suite: {problems(error, whole='suite')}") from None
 
 
 def resolve(reference: str | Suite) -> ResolvedSuite:

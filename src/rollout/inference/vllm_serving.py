@@ -22,6 +22,7 @@ from rollout.inference.vllm import VllmBackend
 from rollout.inference.vllm_server import VllmServer, VllmServerOptions
 from rollout.ledger import Ledger
 from rollout.net.client import JsonHttpClient
+from rollout.runs.live import RunSettings
 
 
 async def start_vllm(
@@ -72,13 +73,13 @@ async def set_engines_asleep(inference_url: str, asleep: bool, secret: str | Non
 @contextlib.asynccontextmanager
 async def engines_asleep(ledger: Ledger, run_id: str, enabled: bool) -> AsyncIterator[None]:
     """While the block runs, the run's engine sleeps (when `enabled`; else nothing happens)."""
-    settings = await ledger.settings(run_id) if enabled else {}
-    url, secret = settings.get("inference_url"), settings.get("internal_secret")
+    settings = await ledger.run_settings(run_id) if enabled else RunSettings()
+    url, secret = settings.inference_url, settings.internal_secret
     if not url:
         yield
         return
-    await set_engines_asleep(str(url), True, secret)
+    await set_engines_asleep(url, True, secret)
     try:
         yield
     finally:
-        await set_engines_asleep(str(url), False, secret)
+        await set_engines_asleep(url, False, secret)

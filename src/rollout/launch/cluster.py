@@ -23,7 +23,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from rollout.errors import RolloutError
 from rollout.net.server import free_port
-from rollout.settings import DATABASE_URL_VAR
+from rollout.settings import get_settings
 
 CLUSTER_INFO_SELECTOR = "app.kubernetes.io/component=cluster-info"
 
@@ -43,9 +43,8 @@ def _kubectl(kubectl: str, *args: str) -> str:
 
 
 def _in_cluster() -> str | None:
-    if os.environ.get("KUBERNETES_SERVICE_HOST") and os.environ.get(DATABASE_URL_VAR):
-        return os.environ[DATABASE_URL_VAR]
-    return None
+    url = get_settings().database_url
+    return url if os.environ.get("KUBERNETES_SERVICE_HOST") and url else None
 
 
 @contextmanager

@@ -2,8 +2,8 @@
 
 A broken environment (a Task whose `start()` raises) makes every seat end `failed`; training on
 rewards of 0 would only hide it. Once at least `MIN_ENDED` episodes have ended and more than the
-run setting `max_failure_fraction` of them failed (default `MAX_FAILURE_FRACTION`; 1.0 turns the
-check off), `check_failures` pauses the run (setting `paused`: no new seats are handed out, the
+run setting `max_failure_fraction` of them failed (`rollout.runs.live`, default 0.5; 1.0 turns
+the check off), `check_failures` pauses the run (setting `paused`: no new seats are handed out, the
 seats in flight play on), records why (setting `error`: the counts and the first error, one
 line) and marks it `status: failed`. Supervisors retire its roles, `rollout train` exits
 non-zero showing the error, and `rollout runs list`/`runs show` and the monitor show it.
@@ -28,20 +28,19 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from rollout.ledger import Ledger
+from rollout.runs import live
 
-MAX_FAILURE_FRACTION = 0.5
-"""The default of the run setting `max_failure_fraction`."""
 MIN_ENDED = 8
 """Ended episodes needed before the fraction is judged."""
-STOPPED_STATUSES = ("stopped", "failed")
-"""Run `status` settings that plain `rollout up` does not resume."""
 
 
 def too_many_failures(
-    counts: Mapping[str, int], *, fraction: float = MAX_FAILURE_FRACTION, min_ended: int = MIN_ENDED
+    counts: Mapping[str, int],
+    *,
+    fraction: float = live.DEFAULT_MAX_FAILURE_FRACTION,
+    min_ended: int = MIN_ENDED,
 ) -> bool:
     """Whether the failed share of ended episodes (`episode_counts`) passes `fraction`."""
     ended = int(counts.get("ended", 0))
@@ -69,17 +68,15 @@ def one_line(text: str, limit: int = 300) -> str:
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
-def counted(counts: Mapping[str, int], baseline: Mapping[str, Any] | None) -> dict[str, int]:
+def counted(counts: Mapping[str, int], baseline: live.FailuresBaseline | None) -> dict[str, int]:
     """The ended and failed episodes since the last resume (`baseline`: the counts then).
 
     Example:
-        >>> counted({"ended": 30, "failed": 12}, {"ended": 20, "failed": 10})
+        >>> counted({"ended": 30, "failed": 12}, live.FailuresBaseline(ended=20, failed=10))
         {'ended': 10, 'failed': 2}
     """
-    base = baseline or {}
-    return {
-        key: max(0, int(counts.get(key, 0)) - int(base.get(key, 0))) for key in ("ended", "failed")
-    }
+    base = {"ended": baseline.ended, "failed": baseline.failed} if baseline else {}
+    return {key: max(0, int(counts.get(key, 0)) - base.get(key, 0)) for key in ("ended", "failed")}
 
 
 async def check_failures(ledger: Ledger, run_id: str) -> str | None:
@@ -88,15 +85,15 @@ async def check_failures(ledger: Ledger, run_id: str) -> str | None:
 
     A run already marked failed returns its recorded error.
     """
-    settings = await ledger.settings(run_id)
-    if settings.get("status") == "failed":
-        return str(settings.get("error") or "the run failed")
-    fraction = float(settings.get("max_failure_fraction", MAX_FAILURE_FRACTION))
-    baseline = settings.get("failures_baseline") or {}
+    settings = await ledger.run_settings(run_id)
+    if settings.status == "failed":
+        return settings.error or "the run failed"
+    fraction = settings.max_failure_fraction
+    baseline = settings.failures_baseline
     counts = counted(await ledger.episode_counts(run_id), baseline)
     if not too_many_failures(counts, fraction=fraction):
         return None
-    error = await first_error(ledger, run_id, float(baseline.get("at", 0.0)))
+    error = await first_error(ledger, run_id, baseline.at if baseline else 0.0)
     name = (await ledger.get_run(run_id)).name
     since = " since the last resume" if baseline else ""
     message = (
@@ -106,6 +103,6 @@ async def check_failures(ledger: Ledger, run_id: str) -> str | None:
     )
     # Paused first: no seat is handed out from here on, whoever reads the status.
     await ledger.pause_run(run_id)
-    await ledger.set_setting(run_id, "error", message)
-    await ledger.set_setting(run_id, "status", "failed")
+    await ledger.set_setting(run_id, live.ERROR, message)
+    await ledger.set_setting(run_id, live.STATUS, "failed")
     return message

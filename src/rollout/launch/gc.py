@@ -30,7 +30,6 @@ from typing import Any
 from rollout.blobs import BlobStore
 from rollout.errors import RolloutError
 from rollout.inference.weights_cache import WEIGHTS
-from rollout.launch.failures import STOPPED_STATUSES
 from rollout.ledger import Ledger
 from rollout.ledger.embedded import process_alive
 from rollout.training import retention
@@ -159,8 +158,8 @@ async def delete_run(
         NotFound: no run has this id or name.
     """
     record = await ledger.get_run(run)
-    settings = await ledger.settings(record.run_id)
-    if not settings.get("finished") and settings.get("status") not in STOPPED_STATUSES:
+    settings = await ledger.run_settings(record.run_id)
+    if not settings.finished and not settings.stopped:
         raise RolloutError(
             f"run {record.name!r} may still be training; stop it first: "
             f"uv run rollout runs stop {record.name}"

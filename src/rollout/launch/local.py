@@ -20,17 +20,18 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from rollout.launch.db_watch import watch_embedded
-from rollout.launch.failures import STOPPED_STATUSES, check_failures
+from rollout.launch.failures import check_failures
 from rollout.launch.owner import owned_env, this_owner
 from rollout.launch.role_logs import rotate_if_large
 from rollout.ledger import Ledger, RunRecord
 from rollout.net.server import free_port
+from rollout.runs import live
+from rollout.runs.config import RunConfig
+from rollout.runs.errors import RunError
+from rollout.runs.spec import RunSpec
 from rollout.settings import Settings
-from rollout.training.config import RunConfig, RunSpec
-from rollout.training.errors import TrainingError
 
 log = logging.getLogger("rollout.up")
 
@@ -149,7 +150,7 @@ class LocalSupervisor:
         if run.run_id not in self._specs:
             try:
                 self._specs[run.run_id] = RunSpec.of(run)
-            except TrainingError as error:
+            except RunError as error:
                 log.warning("%s; not starting its roles", error)
                 self._specs[run.run_id] = None
         return self._specs[run.run_id]
@@ -160,21 +161,20 @@ class LocalSupervisor:
             managed.stop()
 
     async def _run_urls(self, run_id: str) -> tuple[str, str]:
-        settings = await self.ledger.settings(run_id)
+        settings = await self.ledger.run_settings(run_id)
         urls = []
-        for key in ("inference_url", "gateway_url"):
-            url = settings.get(key)
+        for role, key in live.ADVERTISED_URLS.items():
+            url = settings.url_of(role)
             if not url:
                 url = f"http://127.0.0.1:{free_port()}"
                 await self.ledger.set_setting(run_id, key, url)
-            urls.append(str(url))
+            urls.append(url)
         return urls[0], urls[1]
 
-    async def _wanted(self, run: RunRecord, settings: dict[str, Any]) -> bool:
+    async def _wanted(self, run: RunRecord, settings: live.RunSettings) -> bool:
         """Whether an unfinished run should train: not failed (past the failure threshold, until
         `rollout runs resume RUN` clears it), and not stopped unless this supervisor was told to
         run it (`rollout up --run RUN`) and it was stopped before this supervisor started."""
-        status = settings.get("status")
         named = self.run_filter is not None
         error = await check_failures(self.ledger, run.run_id)
         if error is None:
@@ -186,11 +186,11 @@ class LocalSupervisor:
             return False
         first_look = run.run_id not in self._seen
         self._seen.add(run.run_id)
-        if status in STOPPED_STATUSES:
+        if settings.stopped:
             # Resumed on purpose when named at start; stopped later (`rollout runs stop`): retired.
             if not (named and first_look):
                 return False
-            await self.ledger.set_setting(run.run_id, "status", "running")
+            await self.ledger.set_setting(run.run_id, live.STATUS, "running")
         return True
 
     async def reconcile(self) -> bool:
@@ -205,10 +205,10 @@ class LocalSupervisor:
             spec = self._spec(run)
             if spec is None or spec.training is None:
                 continue
-            settings = await self.ledger.settings(run.run_id)
-            wanted = bool(settings.get("finished")) or await self._wanted(run, settings)
+            settings = await self.ledger.run_settings(run.run_id)
+            wanted = settings.finished or await self._wanted(run, settings)
             # A run with an eval schedule has an evaluator until its last eval is scored.
-            if wanted and spec.training.evals and not settings.get("evaluated"):
+            if wanted and spec.training.evals and not settings.evaluated:
                 self._ensure(f"evaluator-{run.name}", role_argv("evaluator", "--run", run.run_id))
                 evaluating = True
             else:
@@ -217,7 +217,7 @@ class LocalSupervisor:
                 for role in ("inference", "gateway", "trainer"):
                     self._retire(f"{role}-{run.name}")
                 continue
-            if settings.get("finished"):
+            if settings.finished:
                 for role in ("inference", "gateway", "trainer"):
                     self._retire(f"{role}-{run.name}")
                 continue

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from rollout.errors import RolloutError
+from rollout.runs.config import RunConfig
 from rollout.settings import get_settings
-from rollout.training.config import RunConfig
 
 
 def resolve_model(config: RunConfig, override: str | None = None) -> Path:

@@ -3,7 +3,7 @@ and its first facts in the ledger (the run with its spec, and the settings `max_
 `sampling` that the gateway and runners follow).
 
 Example:
-    >>> from rollout.training.config import RunConfig
+    >>> from rollout.runs.config import RunConfig
     >>> config = apply_overrides(RunConfig(), ["max_lag=3", "importance.mode=icepop"])
     >>> config.max_lag, config.importance.mode
     (3, 'icepop')
@@ -22,14 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from rollout.errors import RolloutError
+from rollout.launch.available import require_available
 from rollout.ledger import Ledger, RunRecord
-from rollout.training.config import (
-    RunConfig,
-    RunSpec,
-    load_preset,
-    parse_config,
-    require_available,
-)
+from rollout.runs import live
+from rollout.runs.config import RunConfig
+from rollout.runs.presets import load_preset, parse_config
+from rollout.runs.spec import RunSpec
 
 
 def apply_overrides(config: RunConfig, overrides: list[str]) -> RunConfig:
@@ -70,7 +68,8 @@ def training_config(
     steps: int | None = None,
     max_lag: int | None = None,
 ) -> RunConfig:
-    """The run's configuration: the preset, each override, then `steps` and `max_lag`.
+    """The run's configuration: the preset, each override, then `steps` and `max_lag`
+    (validated as the preset's fields are).
 
     Raises:
         RolloutError: as `apply_overrides`, or the backend or provider is not available yet.
@@ -82,7 +81,9 @@ def training_config(
         updates["steps"] = steps
     if max_lag is not None:
         updates["max_lag"] = max_lag
-    config = config.model_copy(update=updates)
+    if updates:
+        options = " and ".join(f"--{key.replace('_', '-')}" for key in updates)
+        config = parse_config({**config.model_dump(mode="json"), **updates}, source=options)
     require_available(config)
     return config
 
@@ -102,12 +103,12 @@ async def create_run(
     """Record the run (environment `spec`, its `RunSpec`) and the settings roles follow."""
     run_spec = RunSpec(kind="train", model=str(model_path), training=config)
     record = await ledger.create_run(name, spec, run_spec.model_dump(mode="json"))
-    await ledger.set_setting(record.run_id, "max_lag", config.max_lag)
+    await ledger.set_setting(record.run_id, live.MAX_LAG, config.max_lag)
     # Internal endpoints bound beyond loopback require it (launch.roles.internal_secret).
-    await ledger.set_setting(record.run_id, "internal_secret", secrets.token_urlsafe(32))
-    await ledger.set_setting(record.run_id, "keep_checkpoints", config.keep_checkpoints)
+    await ledger.set_setting(record.run_id, live.INTERNAL_SECRET, secrets.token_urlsafe(32))
+    await ledger.set_setting(record.run_id, live.KEEP_CHECKPOINTS, config.keep_checkpoints)
     sampling: dict[str, Any] = {"temperature": config.temperature}
     if config.max_tokens is not None:
         sampling["max_tokens"] = config.max_tokens
-    await ledger.set_setting(record.run_id, "sampling", sampling)
+    await ledger.set_setting(record.run_id, live.SAMPLING, sampling)
     return record

@@ -17,7 +17,7 @@ by their direct parent only.
 
 Example:
     >>> env = owned_env({"PATH": "/bin"})
-    >>> env[OWNER_VARIABLE] == str(os.getpid())
+    >>> env[OWNER_PID_VAR] == str(os.getpid())
     True
 """
 
@@ -33,17 +33,17 @@ import sys
 from collections.abc import Mapping
 from functools import cache
 
+from rollout.settings import OWNER_PID_VAR, get_settings
+
 log = logging.getLogger("rollout.owner")
 
-OWNER_VARIABLE = "ROLLOUT_OWNER_PID"
-"""The environment variable carrying the owner's pid to a child process."""
 POLL_SECONDS = 1.0
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 
 
 def owned_env(env: Mapping[str, str]) -> dict[str, str]:
     """`env` plus this process as the owner of the child started with it."""
-    return {**env, OWNER_VARIABLE: str(os.getpid())}
+    return {**env, OWNER_PID_VAR: str(os.getpid())}
 
 
 def _ask_for_death_signal() -> None:
@@ -62,9 +62,12 @@ class Owner:
 
     @classmethod
     def from_environment(cls) -> Owner:
-        """Read (and remove) the owner variable of this process's environment."""
-        value = os.environ.pop(OWNER_VARIABLE, "")
-        return cls(int(value) if value.isdigit() else None)
+        """Read the owner's pid (`rollout.settings`), and remove its variable from this
+        process's environment."""
+        pid = get_settings().owner_pid
+        with contextlib.suppress(KeyError):
+            del os.environ[OWNER_PID_VAR]
+        return cls(pid)
 
     def gone(self) -> bool:
         """Whether this process had an owner and it is no longer its parent."""

@@ -24,11 +24,12 @@ from collections.abc import Callable
 from typing import Any
 
 from rollout.errors import RolloutError
-from rollout.gateway.app import GatewayServer, create_app
 from rollout.gateway.core import Admission
 from rollout.inference.base import InferenceBackend
 from rollout.inference.factory import load_model
+from rollout.launch.serve import LOOPBACK, serve_gateway
 from rollout.ledger import EpisodeSpec, NotFound, SeatClaim
+from rollout.net.server import AppServer
 from rollout.settings import state_dir as resolve_state_dir
 
 log = logging.getLogger("rollout.gateway")
@@ -56,7 +57,7 @@ class Playground:
         port: int = 0,
         state_dir: str | os.PathLike[str] | None = None,
         database_url: str | None = None,
-        host: str = "127.0.0.1",
+        host: str = LOOPBACK,
         lease_seconds: float = 120.0,
         admission: Admission | None = None,
     ) -> None:
@@ -68,7 +69,7 @@ class Playground:
         self.lease_seconds = lease_seconds
         self.admission = admission
         self.claim: SeatClaim | None = None
-        self.server: GatewayServer | None = None
+        self.server: AppServer | None = None
         self._ledger: Any = None
         self._backend: InferenceBackend | None = None
         self._heartbeat: asyncio.Task[None] | None = None
@@ -130,11 +131,15 @@ class Playground:
             if claim is None:
                 raise RolloutError("could not claim the playground seat")
             self.claim = claim
-            app = create_app(
-                ledger, renderer, self._backend, model_name=self.model, admission=self.admission
+            self.server = await serve_gateway(
+                ledger,
+                renderer,
+                self._backend,
+                model_name=self.model,
+                admission=self.admission,
+                host=self.host,
+                port=self.port,
             )
-            self.server = GatewayServer(app, host=self.host, port=self.port)
-            await self.server.start()
             self._heartbeat = asyncio.create_task(self._beat(), name="playground-heartbeat")
         except BaseException:
             await self.stop()
@@ -212,7 +217,7 @@ async def run_playground(
     state_dir: str | os.PathLike[str] | None = None,
     *,
     database_url: str | None = None,
-    host: str = "127.0.0.1",
+    host: str = LOOPBACK,
     stop: asyncio.Event | None = None,
     echo: Callable[[str], None] = print,
 ) -> None:
@@ -232,7 +237,7 @@ async def run_gateway(
     model: str = "scripted",
     *,
     port: int = 8000,
-    host: str = "127.0.0.1",
+    host: str = LOOPBACK,
     state_dir: str | os.PathLike[str] | None = None,
     database_url: str | None = None,
     admission: Admission | None = None,
@@ -250,10 +255,20 @@ async def run_gateway(
     try:
         renderer, backend = load_model(model, state_dir=root)
         try:
-            app = create_app(ledger, renderer, backend, model_name=model, admission=admission)
-            async with GatewayServer(app, host=host, port=port) as server:
+            server = await serve_gateway(
+                ledger,
+                renderer,
+                backend,
+                model_name=model,
+                admission=admission,
+                host=host,
+                port=port,
+            )
+            try:
                 echo(f"rollout gateway: model {model!r} at {server.base_url}")
                 await (stop or asyncio.Event()).wait()
+            finally:
+                await server.stop()
         finally:
             await backend.close()
     finally:

@@ -16,7 +16,8 @@ import yaml
 
 from rollout.errors import RolloutError
 from rollout.ledger import Ledger
-from rollout.training.config import RunConfig, load_preset, parse_config
+from rollout.runs.config import RunConfig
+from rollout.runs.presets import load_preset, parse_config
 
 
 @dataclass(frozen=True)

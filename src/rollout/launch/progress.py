@@ -96,11 +96,11 @@ class TrainingProgress:
         """Read the steps recorded since the last poll; return them."""
         # Whether it finished is read first: the trainer records its last step before it marks
         # the run finished, so a finished run's steps are all read by this same poll.
-        settings = await ledger.settings(self.run_id)
-        self.finished = bool(settings.get("finished"))
-        self.paused = bool(settings.get("paused"))
-        if settings.get("status") == "failed":
-            self.error = str(settings.get("error") or "the run failed")
+        settings = await ledger.run_settings(self.run_id)
+        self.finished = settings.finished
+        self.paused = settings.paused
+        if settings.status == "failed":
+            self.error = settings.error or "the run failed"
         self.counts = await ledger.episode_counts(self.run_id)
         new = await ledger.train_steps(self.run_id, after=self.last_step)
         self.steps.extend(new)

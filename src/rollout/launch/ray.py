@@ -32,9 +32,10 @@ from typing import Any
 
 from rollout.errors import RolloutError
 from rollout.ledger import Ledger, RunRecord
-from rollout.settings import Settings
-from rollout.training.config import RunConfig, RunSpec
-from rollout.training.errors import TrainingError
+from rollout.runs.config import RunConfig
+from rollout.runs.errors import RunError
+from rollout.runs.spec import RunSpec
+from rollout.settings import ROLE_VAR, Settings
 
 log = logging.getLogger("rollout.ray")
 
@@ -55,7 +56,7 @@ def role_gpus(config: RunConfig) -> float:
     The Helm chart sizes its Ray workers by the same rule.
 
     Example:
-        >>> from rollout.training.config import RunConfig
+        >>> from rollout.runs.config import RunConfig
         >>> role_gpus(RunConfig(device="cpu")), role_gpus(RunConfig(device="cuda:0"))
         (0.0, 1.0)
         >>> role_gpus(RunConfig(device="cuda", gpus=0.5))
@@ -165,7 +166,7 @@ async def _address(role: str, run: str) -> tuple[str, int]:
     ledger = await Ledger.connect()
     try:
         record = await ledger.get_run(run)
-        url = str((await ledger.settings(record.run_id)).get(f"{role}_url") or "")
+        url = (await ledger.run_settings(record.run_id)).url_of(role) or ""
     finally:
         await ledger.close()
     before_host, _, before_port = url.partition("://")[2].rpartition(":")
@@ -279,7 +280,7 @@ class RayLauncher:
         if run.run_id not in self._specs:
             try:
                 self._specs[run.run_id] = RunSpec.of(run)
-            except TrainingError as error:
+            except RunError as error:
                 log.warning("%s; not placing its roles", error)
                 self._specs[run.run_id] = None
         return self._specs[run.run_id]
@@ -295,7 +296,7 @@ class RayLauncher:
             spec = self._spec(run)
             if spec is None or spec.training is None:
                 continue
-            if (await self.ledger.settings(run.run_id)).get("finished"):
+            if (await self.ledger.run_settings(run.run_id)).finished:
                 finished.append(run)
             else:
                 active.append((run, spec.training))
@@ -310,7 +311,7 @@ class RayLauncher:
             "max_restarts": self.max_restarts,
             "max_task_retries": -1,
             "max_concurrency": 4,  # `stop` runs while `run` awaits
-            "runtime_env": {"env_vars": {**self.env, "ROLLOUT_ROLE": placement.name}},
+            "runtime_env": {"env_vars": {**self.env, ROLE_VAR: placement.name}},
         }
         if placement.role not in GPU_ROLES:
             options["scheduling_strategy"] = "SPREAD"

@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from rollout.blobs import BlobStore
-from rollout.launch.failures import STOPPED_STATUSES
 from rollout.ledger import Ledger
+from rollout.runs import live
+from rollout.runs.spec import RunSpec
 from rollout.settings import get_settings
-from rollout.training.config import RunSpec
 
 log = logging.getLogger("rollout.roles")
 
@@ -40,18 +40,18 @@ async def advertise(ledger: Ledger, run_id: str, key: str, url: str) -> None:
     host, _, port = rest.rpartition(":")
     if host in ("0.0.0.0", "[::]", "::"):
         url = f"{scheme}://{socket.getfqdn()}:{port}"
-    if (await ledger.settings(run_id)).get(key) != url:
-        await ledger.set_setting(run_id, key, url)
+    await ledger.set_setting(run_id, key, url)  # appends nothing when it is already this URL
 
 
 async def internal_secret(ledger: Ledger, run_id: str) -> str:
     """The run's `internal_secret` (made at run creation; made now for a run that has none):
     internal endpoints bound beyond loopback refuse requests without it."""
-    secret = (await ledger.settings(run_id)).get("internal_secret")
+    secret = (await ledger.run_settings(run_id)).internal_secret
     if not secret:
-        await ledger.set_setting(run_id, "internal_secret", secrets.token_urlsafe(32))
-        secret = (await ledger.settings(run_id))["internal_secret"]
-    return str(secret)
+        await ledger.set_setting(run_id, live.INTERNAL_SECRET, secrets.token_urlsafe(32))
+        secret = (await ledger.run_settings(run_id)).internal_secret
+    assert secret is not None
+    return secret
 
 
 async def inference(stop: asyncio.Event, *, run: str, host: str, port: int) -> None:
@@ -72,7 +72,7 @@ async def inference(stop: asyncio.Event, *, run: str, host: str, port: int) -> N
         backend, app, vllm_server = await _serving_backend(spec, work, secret)
         server = AppServer(app, host=host, port=port)
         await server.start()
-        await advertise(ledger, record.run_id, "inference_url", server.url)
+        await advertise(ledger, record.run_id, live.INFERENCE_URL, server.url)
         log.info("inference for %s at %s", record.run_id, server.url)
         ledger.set_process_status(f"serving at {server.url}")
         follower = ServingFollower(
@@ -104,8 +104,8 @@ async def _serving_backend(
 
     model = spec.model
     if spec.backend == "vllm" and spec.training is not None:
+        from rollout.inference.vllm_server import vllm_server_options
         from rollout.inference.vllm_serving import attach_engine_routes, start_vllm
-        from rollout.training.config import vllm_server_options
 
         options = vllm_server_options(spec.training, model, work / "vllm.log")
         backend, vllm_server = await start_vllm(options, url=spec.training.vllm.url, work_dir=work)
@@ -131,36 +131,40 @@ async def _serving_backend(
 
 async def gateway(stop: asyncio.Event, *, run: str, host: str, port: int) -> None:
     from rollout.gateway.admission import LagGate
-    from rollout.gateway.app import create_app
     from rollout.inference.remote import RemoteBackend
-    from rollout.net.server import AppServer
+    from rollout.launch.serve import serve_gateway
     from rollout.rendering import HFRenderer
 
     ledger = await _connect()
     try:
         record = await ledger.get_run(run)
-        settings = await ledger.settings(record.run_id)
+        spec = RunSpec.of(record)
         await ledger.start_heartbeat(
             "gateway", run_id=record.run_id, status="waiting for inference"
         )
-        inference_url = settings.get("inference_url")
-        while not inference_url and not stop.is_set():
+        settings = await ledger.run_settings(record.run_id, spec.training)
+        while not settings.inference_url and not stop.is_set():
             await ledger.wait("settings", timeout=1.0)
-            inference_url = (await ledger.settings(record.run_id)).get("inference_url")
-        if stop.is_set():
+            settings = await ledger.run_settings(record.run_id, spec.training)
+        if stop.is_set() or not settings.inference_url:
             return
-        secret = (await ledger.settings(record.run_id)).get("internal_secret")
-        backend = RemoteBackend(str(inference_url), secret=str(secret) if secret else None)
-        renderer = HFRenderer(Path(RunSpec.of(record).model))
-        gate = LagGate(ledger, record.run_id, default_max_lag=int(settings.get("max_lag", 1)))
+        backend = RemoteBackend(settings.inference_url, secret=settings.internal_secret or None)
+        renderer = HFRenderer(Path(spec.model))
+        gate = LagGate(ledger, record.run_id, default_max_lag=settings.max_lag)
 
         async def admission(_key: object) -> None:
             await gate.admit()
 
-        app = create_app(ledger, renderer, backend, model_name=record.name, admission=admission)
-        server = AppServer(app, host=host, port=port)
-        await server.start()
-        await advertise(ledger, record.run_id, "gateway_url", server.url)
+        server = await serve_gateway(
+            ledger,
+            renderer,
+            backend,
+            model_name=record.name,
+            admission=admission,
+            host=host,
+            port=port,
+        )
+        await advertise(ledger, record.run_id, live.GATEWAY_URL, server.url)
         log.info("gateway for %s at %s/v1", record.run_id, server.url)
         ledger.set_process_status(f"serving at {server.url}/v1")
         try:
@@ -173,11 +177,15 @@ async def gateway(stop: asyncio.Event, *, run: str, host: str, port: int) -> Non
 
 
 async def trainer(stop: asyncio.Event, *, run: str) -> None:
+    from rollout.launch.available import require_available
     from rollout.training.loop import Trainer
 
     ledger = await _connect()
     try:
         record = await ledger.get_run(run)
+        training = RunSpec.of(record).training
+        if training is not None:  # this machine, which may not be the one that created the run
+            require_available(training)
         work = _cache(record.run_id, "trainer")
         await ledger.start_heartbeat("trainer", run_id=record.run_id, status="training")
         await Trainer(ledger, BlobStore.from_url(), record.run_id, work_dir=work).run(stop)
@@ -247,7 +255,7 @@ async def supervise(stop: asyncio.Event, *, runs: list[str] | None, until_finish
 async def _mark_stopped(ledger: Ledger, runs: list[str]) -> None:
     for name in runs:
         run = await ledger.get_run(name)
-        settings = await ledger.settings(run.run_id)
-        if not settings.get("finished") and settings.get("status") not in STOPPED_STATUSES:
-            await ledger.set_setting(run.run_id, "status", "stopped")
+        settings = await ledger.run_settings(run.run_id)
+        if not settings.finished and not settings.stopped:
+            await ledger.set_setting(run.run_id, live.STATUS, "stopped")
             log.warning("run %s marked stopped: its owner is gone", run.name)

@@ -13,12 +13,11 @@ import uuid
 from typing import Any
 
 from rollout.errors import RolloutError
-from rollout.gateway.app import create_app
 from rollout.harness.loading import load_environment
 from rollout.inference.factory import load_model
 from rollout.inference.scripted import environment_backend
+from rollout.launch.serve import serve_gateway
 from rollout.ledger import EpisodeSpec, Ledger
-from rollout.net.server import AppServer
 from rollout.runners.runner import Runner
 
 
@@ -48,8 +47,7 @@ async def play_one_episode(spec: str, *, model: str = "scripted", seed: int = 0)
                 )
             ],
         )
-        app = create_app(ledger, renderer, backend, model_name=model)
-        server = await AppServer(app).start()
+        server = await serve_gateway(ledger, renderer, backend, model_name=model)
         runner = Runner(ledger, f"{server.url}/v1", run_id=run.run_id, runner_id="rollout-run")
         try:
             claims = []

@@ -38,7 +38,7 @@ from rich.console import Console
 from rollout.errors import RolloutError
 from rollout.harness.loading import load_environment
 from rollout.harness.preflight import start_problem
-from rollout.launch.evaluator import wait_for_evals
+from rollout.launch.evaluator.role import wait_for_evals
 from rollout.launch.local import role_argv
 from rollout.launch.model_folder import resolve_model
 from rollout.launch.new_run import create_run, run_name, training_config
@@ -47,8 +47,9 @@ from rollout.launch.presets import stored_preset
 from rollout.launch.progress import TrainingProgress, watch_training
 from rollout.launch.summary import print_summary, summarize
 from rollout.ledger import Ledger, RunRecord, ledger_url
+from rollout.runs import live
+from rollout.runs.config import RunConfig
 from rollout.settings import get_settings
-from rollout.training.config import RunConfig
 
 
 @dataclass
@@ -202,7 +203,7 @@ async def _train(
             # The steps recorded up to the stop, read after it (the last poll may be older).
             await progress.poll(ledger)
             if not progress.finished:
-                await ledger.set_setting(run.run_id, "status", "stopped")
+                await ledger.set_setting(run.run_id, live.STATUS, "stopped")
     summary = {
         "run_id": run.run_id,
         "name": run.name,

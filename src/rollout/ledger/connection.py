@@ -35,7 +35,7 @@ from rollout.ledger.adapters import register_dumpers
 from rollout.ledger.embedded import ledger_url
 from rollout.ledger.migrate import apply_migrations
 from rollout.ledger.retry import Outage, is_not_up_yet, retried, run_retrying, wrap_methods
-from rollout.settings import get_settings
+from rollout.settings import DATABASE_URL_VAR, get_settings
 
 Conn = AsyncConnection[DictRow]
 Pool = AsyncConnectionPool[Conn]
@@ -206,7 +206,7 @@ class LedgerConnection:
         if url is not None:
             where = _where(resolved)
         elif settings.database_url:
-            where = "ROLLOUT_DATABASE_URL"
+            where = DATABASE_URL_VAR
         else:
             where = "the embedded database"
         starting = Outage(outage, where=where, starting=True)

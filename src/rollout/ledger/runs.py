@@ -2,8 +2,10 @@
 
 A run is created once per name (`create_run` is idempotent on it) and looked up by id or name.
 Settings are facts too: `set_setting` appends a value and the latest value per key wins (the
-`current_settings` view). Roles read them: `max_lag` (the gateway's admission), `paused` and
-`finished` (no more seat claims), the addresses roles advertise.
+`current_settings` view). Each key is a field of `rollout.runs.live.RunSettings`, and each value
+is checked against it before it is stored; `run_settings` reads them back typed. Roles read them:
+`max_lag` (the gateway's admission), `paused` and `finished` (no more seat claims), the addresses
+roles advertise.
 
 The ledger is append-only with one exception: `delete_run` removes every fact of one run, for
 `rollout runs delete` (the caller checks the run is not training).
@@ -23,8 +25,10 @@ from rollout.ledger.episodes import EPISODE_COUNTS
 from rollout.ledger.errors import InvalidInput, LedgerError, NotFound
 from rollout.ledger.inputs import jsonb, known_run, not_empty
 from rollout.ledger.records import RunRecord
+from rollout.runs import live
+from rollout.runs.config import RunConfig
 
-SECRET_SETTINGS = frozenset({"internal_secret"})
+SECRET_SETTINGS = live.SECRET_SETTINGS
 """Settings that are credentials: roles read them, displays show them hidden (`shown_settings`)."""
 
 
@@ -130,29 +134,39 @@ class RunsMixin(LedgerConnection):
             return await fetch_all(conn, class_row(RunRecord), LIST_RUNS)
 
     async def set_setting(self, run_id: str, key: str, value: Any) -> bool:
-        """Append a setting fact (max_lag, paused, ...); the latest per key wins.
+        """Append a setting fact (`rollout.runs.live`: max_lag, paused, ...); the latest per key
+        wins.
 
         Returns False (and appends nothing) when the key already has this value.
+
+        Raises:
+            InvalidSetting: `key` is not a run setting, or `value` does not fit it.
         """
         not_empty("setting key", key)
-        params = {"run": run_id, "key": key, "value": jsonb(f"setting {key!r}", value)}
+        stored = jsonb(f"setting {key!r}", live.check_setting(key, value))
+        params = {"run": run_id, "key": key, "value": stored}
         async with self._pool.connection() as conn:
             with known_run(run_id):
                 cursor = await conn.execute(APPEND_SETTING, params)
             return await cursor.fetchone() is not None
 
     async def settings(self, run_id: str) -> dict[str, Any]:
-        """The latest value of every setting of the run."""
+        """The latest value of every setting of the run, as stored."""
         async with self._pool.connection() as conn:
             cursor = await conn.execute(RUN_SETTINGS, {"run": run_id})
             return {row["key"]: row["value"] for row in await cursor.fetchall()}
+
+    async def run_settings(self, run_id: str, config: RunConfig | None = None) -> live.RunSettings:
+        """The run's settings, typed; one never set takes the value of the run's `config`
+        where it has one, else its default (`rollout.runs.live.RunSettings.of`)."""
+        return live.RunSettings.of(await self.settings(run_id), config)
 
     async def pause_run(self, run_id: str) -> bool:
         """Stop handing out seats of the run (seats already claimed play on).
 
         Returns False when the run was paused already.
         """
-        return await self.set_setting(run_id, "paused", True)
+        return await self.set_setting(run_id, live.PAUSED, True)
 
     async def resume_run(self, run_id: str) -> bool:
         """Hand out the run's seats again.
@@ -164,16 +178,16 @@ class RunsMixin(LedgerConnection):
 
         Returns False when the run's latest `paused` setting already says false.
         """
-        if (await self.settings(run_id)).get("status") == "failed":
+        if (await self.run_settings(run_id)).status == "failed":
             async with self._pool.connection() as conn:
                 (counts,) = await fetch_all(conn, dict_row, EPISODE_COUNTS, {"run_id": run_id})
                 now = await fetch_one(conn, dict_row, "SELECT extract(epoch FROM now()) AS at")
             at = float(now["at"]) if now else 0.0
-            baseline = {"ended": counts["ended"], "failed": counts["failed"], "at": at}
-            await self.set_setting(run_id, "failures_baseline", baseline)
-            await self.set_setting(run_id, "error", None)
-            await self.set_setting(run_id, "status", "running")
-        return await self.set_setting(run_id, "paused", False)
+            baseline = live.FailuresBaseline(ended=counts["ended"], failed=counts["failed"], at=at)
+            await self.set_setting(run_id, live.FAILURES_BASELINE, baseline.model_dump())
+            await self.set_setting(run_id, live.ERROR, None)
+            await self.set_setting(run_id, live.STATUS, "running")
+        return await self.set_setting(run_id, live.PAUSED, False)
 
     async def delete_run(self, run_id: str) -> dict[str, int]:
         """Delete every fact of the run in one transaction; return rows deleted per table.

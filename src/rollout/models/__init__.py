@@ -4,13 +4,13 @@ helpers every part uses on Hugging Face model folders.
 - `init_model(out_dir)` writes a randomly initialised model, a trained tokenizer and a
   Qwen-style chat template in the Hugging Face layout; `default_tokenizer_dir()` gives a cached
   tokenizer folder (no weights) for the scripted backend.
-- `architectures`: the names `init_model` takes (`Arch`, `ARCH_NAMES`), importable without torch.
 - `hf`: stop, eos and pad ids of a folder, tied weights, the KV-cache argument's name.
 - `logprobs`: teacher-forced token logprobs (the trainer and the local backend).
 - `padding`: left-padded prompt batches (the local backend and the in-process sampler).
 
-Names are loaded on first use, so importing a light submodule (`rollout.models.architectures`)
-does not import torch.
+The architectures `init_model` takes are named in `rollout.runs.architectures` (`Arch`,
+`ARCH_NAMES`), where run configs check them. Names are loaded on first use, so importing a light
+submodule (`rollout.models.errors`) does not import torch.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from rollout.models.architectures import ARCH_NAMES, Arch
     from rollout.models.default_tokenizer import default_tokenizer_dir
     from rollout.models.errors import ModelError
     from rollout.models.template import CHAT_TEMPLATE
@@ -34,8 +33,6 @@ if TYPE_CHECKING:
     )
 
 _WHERE = {
-    "ARCH_NAMES": "architectures",
-    "Arch": "architectures",
     "ModelError": "errors",
     "CHAT_TEMPLATE": "template",
     "ARCHITECTURES": "tiny",
@@ -60,13 +57,11 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "ADDED_TOKENS",
     "ARCHITECTURES",
-    "ARCH_NAMES",
     "CHAT_TEMPLATE",
     "DEFAULT_ALPHABET",
     "MARKUP_TOKENS",
     "MIN_BYTES_VOCAB",
     "SPECIAL_TOKENS",
-    "Arch",
     "ModelError",
     "build_tokenizer",
     "default_tokenizer_dir",

@@ -28,7 +28,6 @@ from transformers import (
     Qwen3ForCausalLM,
 )
 
-from rollout.models.architectures import ARCH_NAMES, Arch
 from rollout.models.default_tokenizer import DEFAULT_VOCAB_SIZE
 from rollout.models.errors import ModelError
 from rollout.models.tokenizer import (
@@ -37,6 +36,7 @@ from rollout.models.tokenizer import (
     TokenizerKind,
     build_tokenizer,
 )
+from rollout.runs.architectures import ARCH_NAMES, Arch
 
 ARCHITECTURES: dict[str, tuple[Callable[..., PretrainedConfig], type[PreTrainedModel]]] = {
     "qwen3": (Qwen3Config, Qwen3ForCausalLM),

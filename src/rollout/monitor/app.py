@@ -32,6 +32,7 @@ from fastapi.staticfiles import StaticFiles
 from rollout.ledger import NotFound
 from rollout.monitor.errors import BadParameter, MonitorError
 from rollout.monitor.store import MonitorStore
+from rollout.runs.errors import InvalidSetting
 
 HERE = Path(__file__).resolve().parent
 COOKIE = "rollout_monitor_token"
@@ -109,6 +110,7 @@ def create_app(store: MonitorStore, *, token: str | None = None) -> FastAPI:
             )
         return await call_next(request)
 
+    @app.exception_handler(InvalidSetting)  # a control's value (rollout.runs.live)
     @app.exception_handler(BadParameter)
     async def bad_parameter(request: Request, error: Exception) -> Response:
         return _error(request, 400, str(error))

@@ -35,6 +35,7 @@ from rollout.ledger.monitor import MonitorReads
 from rollout.ledger.runs import shown_settings
 from rollout.monitor.errors import BadParameter, bounded
 from rollout.monitor.queries import _run_state as run_state
+from rollout.runs.live import parse_max_lag
 
 MAX_RUNS = 200
 MAX_STEPS = 5000
@@ -321,13 +322,7 @@ class MonitorStore:
 
     async def set_max_lag(self, run: str, value: Any) -> dict[str, Any]:
         """Set `max_lag` (an integer >= 0), effective for turns that begin afterwards."""
-        try:
-            lag = int(value)
-        except (TypeError, ValueError):
-            raise BadParameter(f"max_lag must be an integer >= 0, got {value!r}") from None
-        if isinstance(value, float) and value != lag:
-            raise BadParameter(f"max_lag must be an integer >= 0, got {value!r}")
-        bounded("max_lag", lag, 0, 1_000_000)
+        lag = parse_max_lag(value)
         record = await self.get_run(run)
         await self.ledger.set_setting(record.run_id, "max_lag", lag)
         return await self.controls(record.run_id)

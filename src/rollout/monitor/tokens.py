@@ -48,7 +48,7 @@ class Decoder:
 
 def model_folder(record: RunRecord) -> Path | None:
     """The folder holding the run's tokenizer, or None when the run names none."""
-    from rollout.training.config import RunSpec
+    from rollout.runs.spec import RunSpec
 
     try:
         model = RunSpec.of(record).model

@@ -33,7 +33,6 @@ import socket
 import time
 from dataclasses import replace
 from functools import partial
-from typing import Any
 
 from rollout.errors import RolloutError
 from rollout.harness.core import Environment
@@ -44,6 +43,7 @@ from rollout.ledger import Ledger, SeatClaim, StaleFence
 from rollout.ledger.connection import raise_if_cancelled
 from rollout.net.client import TransportError
 from rollout.runners.client import GatewayCallError, GatewayClient, seat_completer, seat_context
+from rollout.runs.live import RunSettings
 from rollout.sandboxes import SandboxSeats, sandbox_pool
 
 log = logging.getLogger("rollout.runner")
@@ -95,18 +95,18 @@ class Runner:
         self.idle_wait = idle_wait
         self.kinds = kinds
         self._clients: dict[str, GatewayClient] = {}
-        self._settings: dict[str, tuple[float, dict[str, Any]]] = {}
+        self._settings: dict[str, tuple[float, RunSettings]] = {}
         self._environments: dict[str, Environment] = {}
         self._run_environment: dict[str, str] = {}
         self.seats_played = 0
         self.sandboxes = SandboxSeats(ledger, self.runner_id, lease_seconds=lease_seconds)
 
-    async def settings_for(self, run_id: str) -> dict[str, Any]:
+    async def settings_for(self, run_id: str) -> RunSettings:
         """The run's settings, re-read at most once a second (they change rarely)."""
         cached = self._settings.get(run_id)
         now = time.monotonic()
         if cached is None or now - cached[0] > SETTINGS_TTL:
-            cached = (now, await self.ledger.settings(run_id))
+            cached = (now, await self.ledger.run_settings(run_id))
             self._settings[run_id] = cached
         return cached[1]
 
@@ -114,7 +114,7 @@ class Runner:
         """The gateway client for a run: the fixed URL, or the run's `gateway_url` setting."""
         url = self.gateway_url
         if url is None:
-            url = (await self.settings_for(run_id)).get("gateway_url")
+            url = (await self.settings_for(run_id)).gateway_url
             if not url:
                 raise RolloutError(f"run {run_id} has no gateway_url setting (is its gateway up?)")
         if url not in self._clients:
@@ -248,7 +248,7 @@ class Runner:
             task = make_task(environment, claim.parameters)
             complete = seat_completer(client, claim.api_key)
 
-            sampling = dict(settings.get("sampling") or {})
+            sampling = dict(settings.sampling)
             pool = sandbox_pool(environment)
             if pool is None:
                 return await play_seat(environment, task, context, complete, sampling)

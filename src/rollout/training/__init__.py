@@ -12,7 +12,9 @@ The pieces, in the order the training loop composes them:
 - `providers.torch`: `TorchProvider` (full weights or LoRA, CPU or GPU, exact resume).
 - `warmup`: format warm-up (random answers of the right shape).
 - `sampler`: a minimal in-process batched sampler for experiments and tests.
-- `loop`, `lag`, `config`: the trainer role (run orchestration).
+- `loop`: the trainer role (run orchestration); `retention`: which checkpoints keep their files.
+
+The run's configuration (`RunConfig`, `RunSpec`) is `rollout.runs`.
 
 Submodules are imported explicitly (`from rollout.training.segments import build_segments`) so
 that importing this package stays cheap (no torch).

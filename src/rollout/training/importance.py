@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rollout.training.config import ImportanceConfig
+from rollout.runs.config import ImportanceConfig
 from rollout.training.errors import TrainingError
 
 _MAX_LOG_RATIO = 30.0

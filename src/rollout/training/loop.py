@@ -53,10 +53,12 @@ from rollout.ledger import (
     StaleFence,
 )
 from rollout.ledger.leases import trainer_lease
+from rollout.runs import live
+from rollout.runs.config import EvalSchedule, RunConfig
+from rollout.runs.spec import RunSpec
 from rollout.training import retention
 from rollout.training.advantages import AdvantageConfig
 from rollout.training.batch import segments_of_groups
-from rollout.training.config import EvalSchedule, RunConfig, RunSpec, require_available
 from rollout.training.errors import FencedOut
 from rollout.training.loss import LossConfig
 from rollout.training.providers.base import TrainBatch, TrainingProvider
@@ -80,7 +82,6 @@ def checkpoint_uri(run_id: str, version: int, epoch: int | None = None) -> str:
 
 def make_provider(config: RunConfig, model_dir: Path) -> Any:
     """The run's training provider: `torch` (this machine) or `tinker` (hosted)."""
-    require_available(config)
     if config.provider == "tinker":
         from rollout.training.providers.tinker import TinkerProvider
 
@@ -207,7 +208,7 @@ class Trainer:
             recent.append(metrics["reward"])
         if not stop.is_set():
             await self._publish_until_served(stop)
-            await self.ledger.set_setting(self.run_id, "finished", True)
+            await self.ledger.set_setting(self.run_id, live.FINISHED, True)
 
     async def _wait_for_lease(self, stop: asyncio.Event) -> Lease | None:
         while not stop.is_set():
@@ -362,12 +363,12 @@ class Trainer:
 
         With max_lag 0 that is exactly the next step's groups: nothing overlaps (synchronous).
         """
-        settings = await self.ledger.settings(self.run_id)
-        max_lag = int(settings.get("max_lag", config.max_lag))
+        settings = await self.ledger.run_settings(self.run_id, config)
+        max_lag = settings.max_lag
         ahead = max_lag + 1 if max_lag == 0 or config.queue_steps is None else config.queue_steps
         total = config.steps * config.groups_per_step
         wanted = min(total, (version + ahead) * config.groups_per_step)
-        have = int(settings.get("groups_queued", 0))
+        have = settings.groups_queued
         if have >= wanted:
             return
         specs: list[EpisodeSpec] = []
@@ -384,7 +385,7 @@ class Trainer:
                     )
                 )
         await self.ledger.add_episodes(self.run_id, specs)
-        await self.ledger.set_setting(self.run_id, "groups_queued", wanted)
+        await self.ledger.set_setting(self.run_id, live.GROUPS_QUEUED, wanted)
 
     async def _publish_serving(self, lease: Lease) -> bool:
         """Serve the newest checkpoint that every backend has a conversion for."""

@@ -23,7 +23,7 @@ from typing import Literal
 
 import torch
 
-from rollout.training.config import ImportanceConfig
+from rollout.runs.config import ImportanceConfig
 from rollout.training.errors import TrainingError
 from rollout.training.importance import ImportanceResult, importance_weights
 

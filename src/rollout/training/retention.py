@@ -3,9 +3,9 @@
 Every step writes a checkpoint (and the bridge a conversion of it) to the blob store; kept
 forever they pile up (180 MB after one README run). A run keeps:
 
-- the last `keep_checkpoints` versions (a run setting, default `KEEP_CHECKPOINTS`; `rollout
-  runs set RUN --keep-checkpoints N`), the newest always, since a restarted trainer resumes
-  from it;
+- the last `keep_checkpoints` versions (a run setting, `rollout.runs.live`, from the preset;
+  `rollout runs set RUN --keep-checkpoints N`), the newest always, since a restarted trainer
+  resumes from it;
 - versions marked to keep (the run setting `keep_versions`, a list, `rollout runs set RUN
   --keep-version V`);
 - whatever a server serves or is told to serve (the serving record and every acknowledgement);
@@ -32,11 +32,9 @@ from dataclasses import dataclass
 
 from rollout.blobs import BlobStore
 from rollout.ledger import Ledger
+from rollout.runs import live
 
 log = logging.getLogger("rollout.retention")
-
-KEEP_CHECKPOINTS = 3
-"""The default of the run setting `keep_checkpoints`."""
 
 
 def kept_versions(versions: Iterable[int], *, keep: int, pinned: set[int]) -> set[int]:
@@ -60,8 +58,7 @@ class Retention:
 
 async def pinned_versions(ledger: Ledger, run_id: str) -> set[int]:
     """Versions kept whatever their age: marked, served, or still to be evaluated."""
-    settings = await ledger.settings(run_id)
-    pinned = {int(v) for v in settings.get("keep_versions") or []}
+    pinned = set((await ledger.run_settings(run_id)).keep_versions)
     serving = await ledger.serving(run_id)
     if serving is not None:
         pinned.add(serving.version)
@@ -73,9 +70,9 @@ async def pinned_versions(ledger: Ledger, run_id: str) -> set[int]:
 
 async def plan(ledger: Ledger, run_id: str) -> Retention:
     """What the run keeps and what it may delete now (nothing is changed)."""
-    settings = await ledger.settings(run_id)
-    keep = int(settings.get("keep_checkpoints", KEEP_CHECKPOINTS))
-    deleted = sorted(int(v) for v in settings.get("deleted_checkpoints") or [])
+    settings = await ledger.run_settings(run_id)
+    keep = settings.keep_checkpoints
+    deleted = sorted(settings.deleted_checkpoints)
     versions = [c.version for c in await ledger.checkpoints(run_id)]
     kept = kept_versions(versions, keep=keep, pinned=await pinned_versions(ledger, run_id))
     gone = set(deleted)
@@ -100,7 +97,7 @@ async def apply(ledger: Ledger, blobs: BlobStore, run_id: str, *, dry_run: bool 
                 freed += await asyncio.to_thread(blobs.delete, uri)
     if not dry_run:
         deleted = sorted(set(retention.deleted) | set(retention.to_delete))
-        await ledger.set_setting(run_id, "deleted_checkpoints", deleted)
+        await ledger.set_setting(run_id, live.DELETED_CHECKPOINTS, deleted)
         log.info("deleted the files of checkpoints %s (%d bytes)", retention.to_delete, freed)
     return freed
 

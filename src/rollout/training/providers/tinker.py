@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rollout.training.config import RunConfig
+from rollout.runs.config import RunConfig
 from rollout.training.errors import CheckpointError, TrainingError
 from rollout.training.importance import importance_weights
 from rollout.training.providers.base import (

@@ -12,11 +12,12 @@ from pathlib import Path
 
 from rollout.blobs import BlobStore
 from rollout.evals.errors import EvalError
-from rollout.evals.evaluator import Evaluator, episode_specs
+from rollout.evals.jobs import episode_specs
+from rollout.launch.evaluator.worker import Evaluator
 from rollout.ledger import Ledger, RunRecord
 from rollout.ledger.evals import BASE_VERSION, EvalJob
-from rollout.training.config import RunSpec
-from rollout.training.errors import TrainingError
+from rollout.runs.errors import RunError
+from rollout.runs.spec import RunSpec
 
 
 async def pick_run(ledger: Ledger, run: str | None) -> RunRecord:
@@ -27,7 +28,7 @@ async def pick_run(ledger: Ledger, run: str | None) -> RunRecord:
         try:
             if RunSpec.of(record).kind == "train":
                 return record
-        except TrainingError:
+        except RunError:
             continue
     raise EvalError("there is no train run to evaluate: pass --run RUN")
 

@@ -1,8 +1,8 @@
 """The architectures `rollout model init` builds tiny models of: the one list of their names.
 
-This module imports nothing heavy, so run configs (`training.config.ModelInit`) and the command
-line can check an `arch` without loading torch; `models.tiny.ARCHITECTURES` maps each name to
-its transformers classes.
+This module imports nothing heavy, so run configs (`rollout.runs.config.ModelInit`) and the
+command line can check an `arch` without loading torch; `models.tiny.ARCHITECTURES` maps each
+name to its transformers classes.
 
 >>> ARCH_NAMES
 ('qwen3', 'qwen2', 'llama')

