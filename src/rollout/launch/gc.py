@@ -31,7 +31,7 @@ from rollout.blobs import BlobStore
 from rollout.errors import RolloutError
 from rollout.inference.weights_cache import WEIGHTS
 from rollout.ledger import Ledger
-from rollout.ledger.embedded import process_alive
+from rollout.procs import process_alive
 from rollout.training import retention
 
 ORPHAN_AGE = 600.0

@@ -7,6 +7,7 @@ from typing import Any
 from rollout.contracts import Turn
 from rollout.ledger import EpisodeRecord, Ledger
 from rollout.ledger.runs import shown_settings
+from rollout.runs.live import RunSettings
 
 
 def turn_json(turn: Turn) -> dict[str, Any]:
@@ -99,14 +100,9 @@ async def episode_rows(ledger: Ledger, run: str, limit: int) -> list[dict[str, A
     return rows
 
 
-def _run_state(settings: dict[str, Any]) -> str:
-    if settings.get("finished"):
-        return "finished"
-    if settings.get("status") in ("failed", "stopped"):
-        return str(settings["status"])
-    if settings.get("paused"):
-        return "paused"
-    return "active"
+def run_state(settings: dict[str, Any]) -> str:
+    """The run's state from its raw settings (`RunSettings.state`)."""
+    return RunSettings.of(settings).state
 
 
 async def run_summaries(ledger: Ledger) -> list[dict[str, Any]]:
@@ -125,7 +121,7 @@ async def run_summaries(ledger: Ledger) -> list[dict[str, Any]]:
                 "steps": len(rl),
                 "episodes_ended": counts.get("ended", 0),
                 "last_reward": rl[-1].metrics.get("reward") if rl else None,
-                "state": _run_state(settings),
+                "state": run_state(settings),
             }
         )
     return out
@@ -144,7 +140,7 @@ async def run_detail(ledger: Ledger, run: str) -> dict[str, Any]:
         "name": record.name,
         "environment": record.environment,
         "created_at": record.created_at,
-        "state": _run_state(settings),
+        "state": run_state(settings),
         "config": record.config,
         "settings": shown_settings(settings),
         "episodes": counts,

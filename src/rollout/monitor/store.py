@@ -34,8 +34,8 @@ from rollout.ledger.leases import lease_role, trainer_lease, trainer_run
 from rollout.ledger.monitor import MonitorReads
 from rollout.ledger.runs import shown_settings
 from rollout.monitor.errors import BadParameter, bounded
-from rollout.monitor.queries import _run_state as run_state
-from rollout.runs.live import parse_max_lag
+from rollout.monitor.queries import run_state
+from rollout.runs.live import MAX_LAG, parse_max_lag
 
 MAX_RUNS = 200
 MAX_STEPS = 5000
@@ -108,7 +108,7 @@ class MonitorStore:
                 "environment": row["environment"],
                 "created_at": row["created_at"],
                 "state": run_state(row["settings"]),
-                "max_lag": row["settings"].get("max_lag"),
+                "max_lag": row["settings"].get(MAX_LAG),
                 "steps": row["steps"],
                 "last_reward": _float(row["last_reward"]),
                 "episodes": row["episodes"],
@@ -136,7 +136,7 @@ class MonitorStore:
             "config": record.config,
             "settings": shown_settings(settings),
             "state": run_state(settings),
-            "max_lag": settings.get("max_lag"),
+            "max_lag": settings.get(MAX_LAG),
             "episodes": counts,
             "counts": {name: row[name] for name in names},
             "latest_version": row["latest_version"],
@@ -324,7 +324,7 @@ class MonitorStore:
         """Set `max_lag` (an integer >= 0), effective for turns that begin afterwards."""
         lag = parse_max_lag(value)
         record = await self.get_run(run)
-        await self.ledger.set_setting(record.run_id, "max_lag", lag)
+        await self.ledger.set_setting(record.run_id, MAX_LAG, lag)
         return await self.controls(record.run_id)
 
     async def controls(self, run: str) -> dict[str, Any]:
@@ -335,5 +335,5 @@ class MonitorStore:
             "run_id": record.run_id,
             "name": record.name,
             "state": run_state(settings),
-            "max_lag": settings.get("max_lag"),
+            "max_lag": settings.get(MAX_LAG),
         }

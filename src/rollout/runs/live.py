@@ -58,6 +58,8 @@ DEFAULT_MAX_FAILURE_FRACTION = 0.5
 
 RunStatus = Literal["running", "stopped", "failed"]
 STOPPED_STATUSES: tuple[RunStatus, ...] = ("stopped", "failed")
+RunState = Literal["active", "paused", "finished", "stopped", "failed"]
+"""A run as displays show it (`RunSettings.state`)."""
 """Statuses that plain `rollout up` does not resume."""
 
 # The settings' keys (the names of `RunSettings`' fields).
@@ -154,6 +156,15 @@ class RunSettings(BaseModel):
             return cls.model_validate({**defaults, **given})
         except ValidationError as error:
             raise _invalid(error) from None
+
+    @property
+    def state(self) -> RunState:
+        """What a display calls the run: finished, failed or stopped, paused, else active."""
+        if self.finished:
+            return "finished"
+        if self.status in STOPPED_STATUSES:
+            return self.status  # type: ignore[return-value]
+        return "paused" if self.paused else "active"
 
     @property
     def stopped(self) -> bool:
