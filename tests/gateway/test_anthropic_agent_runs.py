@@ -61,8 +61,9 @@ async def test_rollout_run_records_the_agents_messages_call(
 async def test_rollout_train_records_the_agents_messages_calls(
     database_url: str, tmp_path: Path
 ) -> None:
+    small = ["--set", "groups_per_step=4", "--set", "group_size=2"]  # wiring, not learning
     summary = rollout(
-        ["train", SPEC, "--preset", "cpu-tiny", "--steps", "2"], database_url, tmp_path
+        ["train", SPEC, "--preset", "cpu-tiny", "--steps", "2", *small], database_url, tmp_path
     )
     assert summary["status"] == "finished" and summary["steps"] == 2, summary
     assert summary["episodes_failed"] == 0, summary
