@@ -28,7 +28,7 @@ process, in several ways:
 - `read_seat_turns`: reading a seat's turns back (the trainer's path).
 
 Each figure is turns per second of wall time and the client's CPU seconds per 1,000 turns; the
-ratio is against `baseline_executemany`. The goal is >= 25,000 turns/s on one core (issue 11);
+ratio is against `baseline_executemany`. The goal is >= 25,000 turns/s on one core;
 `client_cpu_s_per_1k` is the client's share of that core. With the server on this machine (the
 embedded one), `server_cpu_s_per_1k` is the CPU of its postmaster and every backend (WAL writer,
 checkpointer included) over the same section, and `one_core_turns_per_s` is turns per CPU second

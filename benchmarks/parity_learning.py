@@ -16,7 +16,7 @@ Run: `uv run python benchmarks/parity_learning.py --seeds 3` (each seed in its o
 "seconds from process start" includes imports and model creation, as measured originally).
 Compare: `--warmup-steps 0` (no warm-up), `--lag 4 --is tis|icepop|none`.
 
-Platform vs in-process, side by side (issue 11: the platform within 2x):
+Platform vs in-process, side by side (goal: the platform within 2x):
 `uv run python benchmarks/parity_learning.py --platform --seeds 3` runs, for each seed, this
 loop with the cpu-tiny preset's recipe (20 warm-up steps, 16 x 8 samples, lr 1e-3, one step of
 lag with TIS, prompts through the chat template, target: the mean reward of three steps >= 0.9,

@@ -16,7 +16,7 @@ sets PYTHONDONTWRITEBYTECODE), side by side in one run:
    the inference server acknowledges serving it, a runner claims a seat) and to the first
    sampled turn, read from the ledger's own timestamps. The command is stopped after that turn.
 
-Goal (issue 11): under 5 s to the first turn with bytecode. The ratio is no-bytecode / bytecode.
+Goal: under 5 s to the first turn with bytecode. The ratio is no-bytecode / bytecode.
 """
 
 from __future__ import annotations

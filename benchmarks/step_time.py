@@ -22,7 +22,7 @@ metrics:
   against the machine's cores: when their sum per step approaches cores x wall, the step is
   bound by CPU, not by waiting.
 
-The figure (issue 11 "Step time", goal <= 1.5): median wall / median compute.
+The figure (goal <= 1.5): median wall / median compute.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Generate the API reference (docs/reference/) from the docstrings of rollout and rolloutlib.
 
-Run it after changing a public docstring or signature; `tests/test_reference.py` fails while the
+Run it after changing a public docstring or signature; `tests/docs/test_site.py` fails while the
 committed pages differ from what this script writes:
 
     uv run python scripts/generate_reference.py            # writes docs/reference/

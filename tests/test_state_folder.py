@@ -1,4 +1,4 @@
-"""Issue 10, "state that is found": commands find the project's state folder by walking up (like
+"""The state folder is found: commands find the project's state folder by walking up (like
 git finds `.git`), say where they create one, and `rollout down` stops the embedded Postgres."""
 
 from __future__ import annotations

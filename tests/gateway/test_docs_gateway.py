@@ -1,6 +1,6 @@
 """docs/gateway.md's Python examples run against this test's own database and state folder.
 
-(tests/test_docs.py runs every page too; this runs the gateway page hermetically.)
+(tests/docs/test_examples.py runs every page too; this runs the gateway page hermetically.)
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""An environment whose Task.start raises: every episode fails (issue 10's broken environment)."""
+"""An environment whose Task.start raises: every episode fails."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Issue 18's "a run whose failures pass a threshold pauses itself with the reason", with issue
-10's "stops itself as failed with the first error": the run is paused and marked failed, says
-why everywhere, and `rollout runs resume RUN` continues the same run, judged afresh."""
+"""A run whose failures pass a threshold pauses itself and stops as failed with the first error:
+the run is paused and marked failed, says why everywhere, and `rollout runs resume RUN`
+continues the same run, judged afresh."""
 
 from __future__ import annotations
 

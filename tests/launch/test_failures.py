@@ -1,4 +1,4 @@
-"""Issue 10, "failures must show": a broken environment fails `rollout train` in seconds with the
+"""Failures show: a broken environment fails `rollout train` in seconds with the
 task's error; failed episodes stop a run as `failed` past the threshold (and the supervisor
 retires it); stopped runs are resumed only on purpose; the summary counts failed episodes and its
 hints work as printed."""

@@ -1,4 +1,4 @@
-"""Issue 10, "state that does not pile up": checkpoint retention, `rollout runs delete` and
+"""State that does not pile up: checkpoint retention, `rollout runs delete` and
 `rollout gc`, on a real Postgres and a real blob folder, the commands run as a user runs them."""
 
 from __future__ import annotations

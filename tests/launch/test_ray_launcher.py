@@ -4,7 +4,7 @@ The slow test runs a short parity training (cpu-tiny's recipe, small steps) with
 placed by Ray and SIGKILLs the trainer actor's process mid-run: Ray restarts it, the new trainer
 takes the run's lease with a higher epoch, the run finishes with every version exactly once, and
 no actor is left behind. (Learning itself is tested on the local launcher, in
-tests/test_train_e2e.py: the launcher changes where roles run, not what they compute.)
+tests/launch/test_train.py: the launcher changes where roles run, not what they compute.)
 """
 
 from __future__ import annotations

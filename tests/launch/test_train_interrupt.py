@@ -1,4 +1,4 @@
-"""Issue 10, "runs you can stop": Ctrl-C (SIGINT) or a hangup (SIGHUP, the terminal closed) of
+"""Runs you can stop: Ctrl-C (SIGINT) or a hangup (SIGHUP, the terminal closed) of
 `rollout train` stops every role it started, marks the run stopped, counts the steps actually
 recorded, exits 130 and prints a resume hint that works as printed."""
 

@@ -1,4 +1,4 @@
-"""Issue 10, "runs that stop when you leave": a `kill -9` of `rollout train` (no chance to stop
+"""Runs stop when you leave: a `kill -9` of `rollout train` (no chance to stop
 anything) still stops every process it started, because the supervisor and the roles watch
 their owner (`rollout.launch.owner`), and the run is marked stopped for `rollout up --run`."""
 

@@ -122,7 +122,7 @@ async def test_watch_follows_the_run_until_it_finishes(
     await trainer
     assert [s.step for s in progress.steps] == [0, 1, 2, 3] and progress.finished
     assert "step 3/3" in out.getvalue() and "reward 0.950" in out.getvalue()
-    # The lag is shown beside max_lag and explained once (issue 10: lag above max_lag).
+    # The lag is shown beside max_lag and explained once (a lag above max_lag).
     assert "lag 1.00 (max_lag 2)" in out.getvalue()
     assert out.getvalue().count("lag: how many steps older") == 1
     assert "can pass max_lag" in " ".join(out.getvalue().split())

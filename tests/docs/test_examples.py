@@ -26,7 +26,7 @@ import pytest
 
 from tests.cli_helpers import rollout
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))]
 PAGES = [p for p in PAGES if p.name != "rolloutlib.md"]
 ARCHITECTURE = ROOT / "docs" / "architecture.md"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 GUIDE = DOCS / "getting-started.md"
 
@@ -98,7 +98,7 @@ def test_skipped_blocks_say_why() -> None:
 
 
 def test_every_block_of_the_site_pages_runs_or_says_why_not() -> None:
-    """Python and `uv run rollout` console blocks run in tests/test_docs.py; mermaid blocks are
+    """Python and `uv run rollout` console blocks run in tests/docs/test_examples.py; mermaid blocks are
     pictures; anything else must be marked `<!-- no-test -->`."""
     for name in SITE_PAGES:
         for skip, language, body in FENCE.findall((DOCS / name).read_text()):
@@ -107,7 +107,7 @@ def test_every_block_of_the_site_pages_runs_or_says_why_not() -> None:
             assert language == "console", f"{name}: a {language} block is neither run nor marked"
             lines = [line for line in body.splitlines() if line.strip()]
             assert all(line.startswith("uv run rollout ") for line in lines), (
-                f"{name}: a console block runs something tests/test_docs.py does not: {lines}"
+                f"{name}: a console block runs something tests/docs/test_examples.py does not: {lines}"
             )
 
 

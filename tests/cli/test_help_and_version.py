@@ -1,4 +1,4 @@
-"""Issue 10, "output a person can read": --version, help that names the ROLLOUT_* variables and
+"""Output a person can read: --version, help that names the ROLLOUT_* variables and
 explains --max-lag, help without `<bool>`, `<str>` or `{spec}`, and `model init` that refuses
 to overwrite a folder."""
 

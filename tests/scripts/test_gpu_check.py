@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "gpu_check.sh"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "gpu_check.sh"
 
 
 @pytest.mark.slow
