@@ -28,8 +28,6 @@ def model_init(
     force: Annotated[bool, typer.Option(help="Overwrite a folder that is not empty.")] = False,
 ) -> None:
     """Build a tiny random model of a real architecture, saved in the Hugging Face layout."""
-    from rollout.models import init_model
-
     if arch not in ARCH_NAMES:
         raise RolloutError(f"--arch must be {describe_names(ARCH_NAMES)}, got {arch!r}")
     if tokenizer not in ("bytes", "chars"):
@@ -37,6 +35,8 @@ def model_init(
     folder = Path(out)
     if folder.is_dir() and any(folder.iterdir()) and not force:
         raise RolloutError(f"--out {out} is not empty; pass --force to overwrite it")
+    from rollout.models import init_model  # torch and transformers: only once the input is good
+
     path = init_model(
         out,
         name=name,
