@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from rollout.ledger.embedded import embedded_pid
 
 
@@ -33,6 +35,7 @@ def test_a_command_in_a_subfolder_uses_the_workspace_state_folder(tmp_path: Path
     assert not (deep / ".rollout").exists() and not (tmp_path / ".rollout").exists()
 
 
+@pytest.mark.slow
 def test_down_stops_the_embedded_postgres_a_command_started(embedded_state_dir: Path) -> None:
     state = embedded_state_dir / "state"
     listed = _rollout(embedded_state_dir, "runs", "list", ROLLOUT_STATE_DIR=str(state))

@@ -28,9 +28,7 @@ def work_items(source: str, name: str) -> list[str]:
             found.append(f"{name}:{number}: {line.strip()}")
     tree = ast.parse(source)
     for node in ast.walk(tree):
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and WORK_ITEM.search(
-            node.name
-        ):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and WORK_ITEM.search(node.name):
             found.append(f"{name}:{node.lineno}: test named {node.name}")
     return found
 

@@ -98,8 +98,8 @@ def test_skipped_blocks_say_why() -> None:
 
 
 def test_every_block_of_the_site_pages_runs_or_says_why_not() -> None:
-    """Python and `uv run rollout` console blocks run in tests/docs/test_examples.py; mermaid blocks are
-    pictures; anything else must be marked `<!-- no-test -->`."""
+    """Python and `uv run rollout` console blocks run in tests/docs/test_examples.py; mermaid
+    blocks are pictures; anything else must be marked `<!-- no-test -->`."""
     for name in SITE_PAGES:
         for skip, language, body in FENCE.findall((DOCS / name).read_text()):
             if skip or language in ("python", "mermaid"):
@@ -107,7 +107,8 @@ def test_every_block_of_the_site_pages_runs_or_says_why_not() -> None:
             assert language == "console", f"{name}: a {language} block is neither run nor marked"
             lines = [line for line in body.splitlines() if line.strip()]
             assert all(line.startswith("uv run rollout ") for line in lines), (
-                f"{name}: a console block runs something tests/docs/test_examples.py does not: {lines}"
+                f"{name}: a console block runs something tests/docs/test_examples.py does not: "
+                f"{lines}"
             )
 
 

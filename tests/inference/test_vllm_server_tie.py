@@ -50,6 +50,7 @@ def test_a_tied_server_gets_sigterm_when_its_starter_is_killed() -> None:
     assert not alive
 
 
+@pytest.mark.slow
 def test_an_untied_one_would_have_been_orphaned() -> None:
     child, alive = _orphan_after_owner_killed("plain", wait=2)
     try:

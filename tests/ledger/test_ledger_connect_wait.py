@@ -21,6 +21,7 @@ from rollout.net.server import free_port
 from tests.ledger.forwarder import Forwarder
 
 
+@pytest.mark.slow
 async def test_connect_waits_for_a_database_that_comes_up_a_few_seconds_later(
     database_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -75,6 +76,7 @@ async def test_connect_does_not_wait_when_the_server_refuses_us(database_url: st
     assert time.monotonic() - began < 5.0  # answered at once, not waited on for 60 s
 
 
+@pytest.mark.slow
 async def test_the_heartbeat_logs_an_outage_once_when_it_begins_and_once_when_it_ends(
     database_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

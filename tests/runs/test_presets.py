@@ -84,6 +84,7 @@ def test_a_gpu_preset_fails_at_once_through_the_cli(
     assert "this machine has 0" in lines[0] and "Traceback" not in err
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(_has_cuda(), reason="checks the refusal on a machine without a GPU")
 def test_the_refusal_comes_before_anything_starts(embedded_state_dir: Path) -> None:
     """As a real process: exit 2 and one line, before any role starts (the embedded Postgres,

@@ -4,8 +4,8 @@ no `{spec}` in usage lines.
 Typer's own labels (`<str>`, `<int>`, `<bool>` after every flag, `{spec}` for a required
 argument) read like code. `plain_help()` swaps the two methods that make them, once, for the
 whole `rollout` command: a flag shows no value name, a value shows click's familiar name, an
-argument shows its name in capitals (`SPEC`, `[NAME]` when optional). tests/cli/test_help_and_version.py
-checks every command's help.
+argument shows its name in capitals (`SPEC`, `[NAME]` when optional).
+tests/cli/test_help_and_version.py checks every command's help.
 
 Example:
     >>> plain_label("<str>"), plain_label("<int>"), plain_label("<list[str]>")
