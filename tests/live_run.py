@@ -1,7 +1,8 @@
-"""Helpers for tests that watch a live `rollout train` (moved here from the old kill e2e test)."""
+"""Helpers for tests that watch a live `rollout train`, and the contract of an interrupted one."""
 
 from __future__ import annotations
 
+import json
 import signal
 import time
 from pathlib import Path
@@ -50,3 +51,29 @@ def role_pids(run_id: str) -> dict[str, list[int]]:
         if role in found:
             found[role].append(int(entry.name))
     return found
+
+
+def check_interrupted(
+    returncode: int, out: str, err: str, database_url: str, run_id: str, name: str
+) -> None:
+    """What a `rollout train --json --name NAME` stopped by Ctrl-C or a hangup must have done:
+    exit 130, print a summary of a stopped run that counts the steps actually recorded, say how
+    to resume it, stop every role it started, and mark the run stopped in the ledger."""
+    assert returncode == 130, err[-3000:]
+    summary = json.loads(out)
+    with psycopg.connect(database_url) as conn:
+        (recorded,) = conn.execute(
+            "SELECT count(*) FROM train_steps WHERE run_id = %s AND step > 0", (run_id,)
+        ).fetchone() or (0,)
+        status = conn.execute(
+            "SELECT value FROM settings WHERE run_id = %s AND key = 'status' "
+            "ORDER BY id DESC LIMIT 1",
+            (run_id,),
+        ).fetchone()
+    assert summary["status"] == "stopped" and summary["steps"] == recorded >= 1, summary
+    assert f"next: uv run rollout up --run {name} --until-finished" in err, err[-3000:]
+    deadline = time.monotonic() + 20
+    while any(role_pids(run_id).values()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(role_pids(run_id).values())  # nothing trains with nobody watching
+    assert status is not None and status[0] == "stopped"

@@ -46,6 +46,7 @@ def test_scheduled_and_on_demand_evals_of_a_training_run(database_url: str, tmp_
         "--steps", str(STEPS), "--set", f"groups_per_step={GROUPS_PER_STEP}",
         "--set", "stop_at_reward=2", "--set", f"evals=[{{suite: {SUITE}, every: 3}}]",
         "--set", "keep_checkpoints=10",  # checkpoint 2 is evaluated after the run
+        "--set", "warmup_steps=2",  # the test is about evals, not learning
     )  # fmt: skip
     assert summary["status"] == "finished" and summary["steps"] == STEPS
     run_id = str(summary["run_id"])

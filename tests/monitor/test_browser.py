@@ -9,13 +9,16 @@ the transcripts, opens an episode and its token view, and saves a screenshot of 
 
 The run takes small steps (two warm-up steps, two groups a step) and the test browses after
 `STEPS_BEFORE_BROWSING` steps. `ROLLOUT_MONITOR_TEST_STEPS=N` browses after N steps of the
-preset as it is instead (the README's screenshot: N=40, screenshots in docs/images).
+preset as it is instead (the README's screenshot: N=40, screenshots in docs/images). The run then
+ends with Ctrl-C, and the test checks what an interrupted `rollout train` must do
+(`tests.live_run.check_interrupted`).
 
 Skipped when no `chromium` is installed (`.ci/run` installs it).
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import signal
@@ -23,13 +26,14 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
 import pytest
 
 from rollout.ledger import Ledger
-from tests.live_run import ctrl_c_as_in_a_terminal
+from tests.live_run import check_interrupted, ctrl_c_as_in_a_terminal
 
 pytestmark = [
     pytest.mark.slow,
@@ -53,28 +57,50 @@ def _run_id(url: str) -> str | None:
     return None if row is None else str(row[0])
 
 
+@dataclass
+class LiveRun:
+    """A `rollout train` training in the background, and its run id once it took some steps."""
+
+    process: subprocess.Popen[bytes]
+    run_id: str
+    out: Path
+    err: Path
+
+    def interrupt(self) -> tuple[int, str, str]:
+        """Ctrl-C, as in a terminal; the exit code and what the command printed."""
+        self.process.send_signal(signal.SIGINT)
+        try:
+            self.process.wait(90)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        return self.process.returncode, self.out.read_text(), self.err.read_text()
+
+
 @pytest.fixture
-def live_run(database_url: str, tmp_path: Path) -> Iterator[str]:
-    """A cpu-tiny parity run training in the background; its run id once it took some steps."""
+def live_run(database_url: str, tmp_path: Path) -> Iterator[LiveRun]:
+    """A cpu-tiny parity run named `browsed`, training in the background."""
     env = dict(os.environ, ROLLOUT_DATABASE_URL=database_url, ROLLOUT_STATE_DIR=str(tmp_path))
-    log = (tmp_path / "train.log").open("wb")
+    out, err = tmp_path / "train.out", tmp_path / "train.err"
     command = [sys.executable, "-m", "rollout.cli", "train", "parity.environment:environment"]
     command += ["--preset", "cpu-tiny", "--steps", "300", "--set", "stop_at_reward=null"]
+    command += ["--name", "browsed", "--json"]
     wanted = int(os.environ.get("ROLLOUT_MONITOR_TEST_STEPS") or 0)
     if not wanted:  # small, quick steps: this test watches the platform, not the learning
         command += ["--set", "warmup_steps=2", "--set", "groups_per_step=2"]
-    process = subprocess.Popen(
-        command,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env=env,
-        preexec_fn=ctrl_c_as_in_a_terminal,  # stopped with SIGINT below
-    )
+    with out.open("wb") as stdout, err.open("wb") as stderr:
+        process = subprocess.Popen(
+            command,
+            stdout=stdout,
+            stderr=stderr,
+            env=env,
+            preexec_fn=ctrl_c_as_in_a_terminal,  # stopped with SIGINT
+        )
     try:
         deadline = time.monotonic() + 900
         run_id = None
         while time.monotonic() < deadline:
-            assert process.poll() is None, (tmp_path / "train.log").read_text()[-3000:]
+            assert process.poll() is None, err.read_text()[-3000:]
             run_id = run_id or _run_id(database_url)
             if run_id and _rl_steps(database_url, run_id) >= (wanted or STEPS_BEFORE_BROWSING):
                 break
@@ -82,16 +108,11 @@ def live_run(database_url: str, tmp_path: Path) -> Iterator[str]:
         else:
             pytest.fail("the run did not take its steps in 15 minutes")
         assert run_id is not None
-        yield run_id
+        yield LiveRun(process, run_id, out, err)
     finally:
-        # Ctrl-C: `rollout train` stops its roles and prints its summary.
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(90)
-        except subprocess.TimeoutExpired:
+        if process.poll() is None:
             process.kill()
             process.wait()
-        log.close()
 
 
 @pytest.fixture
@@ -115,8 +136,8 @@ async def browser() -> AsyncIterator[object]:
             await chromium.close()
 
 
-async def test_every_page_in_a_browser_on_a_live_run(
-    live_run: str,
+async def test_every_page_in_a_browser_on_a_live_run_then_ctrl_c(
+    live_run: LiveRun,
     database_url: str,
     serve_monitor: Callable[..., Awaitable[str]],
     browser: object,
@@ -125,7 +146,7 @@ async def test_every_page_in_a_browser_on_a_live_run(
     from playwright.async_api import Browser, expect
 
     assert isinstance(browser, Browser)
-    run_id = live_run
+    run_id = live_run.run_id
     base = await serve_monitor(database_url)
     page = await browser.new_page(viewport={"width": 1360, "height": 1000})
     errors: list[str] = []
@@ -211,3 +232,6 @@ async def test_every_page_in_a_browser_on_a_live_run(
     saved = {"monitor-runs.png", "monitor-run.png", "monitor-transcripts.png"}
     saved |= {"monitor-episode.png", "monitor-checkpoints.png", "monitor-machines.png"}
     assert all((shots / name).stat().st_size > 10_000 for name in saved)
+    # The run ends as a person ends it, with Ctrl-C: the same live run checks that contract.
+    code, out, err = await asyncio.to_thread(live_run.interrupt)
+    check_interrupted(code, out, err, database_url, run_id, "browsed")
