@@ -9,6 +9,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import itertools
+import os
+import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -84,3 +87,35 @@ def test_a_small_log_or_a_zero_limit_is_left_alone(tmp_path: Path) -> None:
 def test_a_bad_log_size_is_refused_naming_the_variable(value: str) -> None:
     with pytest.raises(SettingsError, match=f"ROLLOUT_LOG_MAX_MB .*got '{value}'"):
         Settings.from_environ({"ROLLOUT_LOG_MAX_MB": value})
+
+
+@pytest.mark.slow
+def test_the_supervisors_own_log_is_rotated_too(database_url: str, tmp_path: Path) -> None:
+    """`rollout up` appending to a file (as `rollout train` starts it: `up-<run>.log`) rotates
+    that file like its roles' logs."""
+    log = tmp_path / "logs" / "up-test.log"
+    log.parent.mkdir(parents=True)
+    env = {
+        **os.environ,
+        "ROLLOUT_DATABASE_URL": database_url,
+        "ROLLOUT_STATE_DIR": str(tmp_path),
+        "ROLLOUT_LOG_MAX_MB": "0.00005",  # 50 bytes: its first line
+    }
+    with log.open("ab") as out:
+        up = subprocess.Popen(
+            [sys.executable, "-m", "rollout.cli", "up"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while not rotated(log, 1).exists():
+            assert up.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, "the supervisor's log was not rotated in 60 s"
+            time.sleep(0.2)
+    finally:
+        up.send_signal(signal.SIGTERM)
+        up.wait(60)
+    assert "rollout.up" in rotated(log, 1).read_text()  # its own lines, moved aside

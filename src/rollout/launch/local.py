@@ -24,7 +24,7 @@ from pathlib import Path
 from rollout.launch.db_watch import watch_embedded
 from rollout.launch.failures import check_failures
 from rollout.launch.owner import owned_env, this_owner
-from rollout.launch.role_logs import rotate_if_large
+from rollout.launch.role_logs import own_log, rotate_if_large
 from rollout.ledger import Ledger, RunRecord
 from rollout.net.server import free_port
 from rollout.runs import live
@@ -269,10 +269,12 @@ class LocalSupervisor:
             self.stop_all(grace=3.0 if this_owner().gone() else 15.0)
 
     def rotate_logs(self) -> None:
-        """Rotate each role's log that has reached `ROLLOUT_LOG_MAX_MB` (role_logs)."""
-        for managed in list(self.processes.values()):
-            if rotate_if_large(managed.log_path, self.settings.log_max_bytes):
-                log.info("rotated %s", managed.log_path)
+        """Rotate each role's log, and this supervisor's own, that has reached
+        `ROLLOUT_LOG_MAX_MB` (role_logs)."""
+        paths = [managed.log_path for managed in list(self.processes.values())]
+        for path in [*paths, *filter(None, [own_log()])]:
+            if rotate_if_large(path, self.settings.log_max_bytes):
+                log.info("rotated %s", path)
 
     def stop_all(self, grace: float = 15.0) -> None:
         for managed in list(self.processes.values()):

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rollout.errors import RolloutError
+from rollout.launch.role_logs import own_log, rotate_if_large
 from rollout.ledger import Ledger, RunRecord
 from rollout.runs.config import RunConfig
 from rollout.runs.errors import RunError
@@ -262,6 +263,7 @@ class RayLauncher:
         if unknown:
             raise RayLaunchError(f"role {unknown[0]!r} is not one of {', '.join(ROLES)}")
         self.ledger = ledger
+        self.settings = settings
         self.run_filter = runs
         self.until_finished = until_finished
         self.roles = roles
@@ -374,6 +376,11 @@ class RayLauncher:
             while not stop.is_set():
                 if not await self.reconcile():
                     return
+                # This launcher's own log (`rollout train --launcher ray` appends to a file);
+                # the actors' output is Ray's to keep.
+                own = own_log()
+                if own is not None:
+                    await asyncio.to_thread(rotate_if_large, own, self.settings.log_max_bytes)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), timeout=1.0)
         finally:

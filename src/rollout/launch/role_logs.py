@@ -7,6 +7,10 @@ runs, so the file is rotated by copying and truncating it in place: its content 
 appends, goes on writing at the start of the emptied file. A line the role writes between the
 copy and the truncation can be lost; nothing else is.
 
+A supervisor's own output is such a log too (`rollout train` starts `rollout up` with its output
+appended to `<state>/logs/up-<run>.log`): `own_log()` finds it, and the supervisor rotates it
+with its roles' logs.
+
 Example:
     >>> import tempfile
     >>> from pathlib import Path
@@ -22,7 +26,9 @@ Example:
 
 from __future__ import annotations
 
+import os
 import shutil
+import stat
 from pathlib import Path
 
 KEEP = 3
@@ -53,3 +59,14 @@ def rotate_if_large(path: Path, max_bytes: int, keep: int = KEEP) -> bool:
             shutil.copyfileobj(log, copy)
         log.truncate(0)
     return True
+
+
+def own_log() -> Path | None:
+    """The file this process's standard output is appended to, if it is a regular file (a
+    terminal, a pipe or /dev/null is not a log to rotate)."""
+    try:
+        if not stat.S_ISREG(os.fstat(1).st_mode):
+            return None
+        return Path(os.readlink("/proc/self/fd/1"))
+    except OSError:  # no stdout, or no /proc (not Linux)
+        return None
