@@ -21,6 +21,7 @@ LAYERS: dict[str, int] = {
     "contracts": 1,
     "errors": 1,
     "settings": 1,
+    "tasks": 1,
     "procs": 1,
     # 2: a run's configuration and live settings, as typed records
     "runs": 2,

@@ -14,6 +14,7 @@ import json
 import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -244,5 +245,31 @@ async def test_a_seat_ends_even_when_its_heartbeats_cancel_is_swallowed(
         assert result is not None and result.reward == 1.0
         (end,) = (await ledger.episode(claim.episode_id)).ends
         assert end.status == "completed"
+    finally:
+        await ledger.close()
+
+
+class SwallowingClaims(Ledger):
+    """A ledger whose seat claims, cancelled mid-call, return as if nothing was claimable."""
+
+    async def claim_seats(self, *args: Any, **kwargs: Any) -> list[SeatClaim]:
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(3600)  # the library call in progress when the cancel lands
+        return []
+
+
+@pytest.mark.timeout(60)
+async def test_the_claim_loop_stops_when_its_cancel_is_swallowed(
+    database_url: str, gateway_url: str
+) -> None:
+    ledger = await SwallowingClaims.connect(database_url)
+    try:
+        runner = Runner(ledger, gateway_url, idle_wait=0.05)
+        loop = asyncio.create_task(runner.run(asyncio.Event()))  # never stopped: cancelled
+        await asyncio.sleep(0.3)  # inside its first claim
+        loop.cancel()
+        done, _ = await asyncio.wait({loop}, timeout=10.0)
+        assert done and loop.cancelled()
+        await runner.close()
     finally:
         await ledger.close()

@@ -31,6 +31,7 @@ from rollout.launch.serve import LOOPBACK, serve_gateway
 from rollout.ledger import EpisodeSpec, NotFound, SeatClaim
 from rollout.net.server import AppServer
 from rollout.settings import state_dir as resolve_state_dir
+from rollout.tasks import stop_task
 
 log = logging.getLogger("rollout.gateway")
 
@@ -155,9 +156,7 @@ class Playground:
 
     async def stop(self) -> None:
         if self._heartbeat is not None:
-            self._heartbeat.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._heartbeat
+            await stop_task(self._heartbeat)
             self._heartbeat = None
         if self.server is not None:
             await self.server.stop()

@@ -36,6 +36,7 @@ from rollout.ledger.embedded import ledger_url
 from rollout.ledger.migrate import apply_migrations
 from rollout.ledger.retry import Outage, is_not_up_yet, retried, run_retrying, wrap_methods
 from rollout.settings import DATABASE_URL_VAR, get_settings
+from rollout.tasks import raise_if_cancelled
 
 Conn = AsyncConnection[DictRow]
 Pool = AsyncConnectionPool[Conn]
@@ -103,19 +104,6 @@ def _where(url: str) -> str:
     except Exception:  # a message must not fail
         return "the database"
     return f"Postgres at {info.get('host') or 'localhost'}"
-
-
-def raise_if_cancelled() -> None:
-    """Raise CancelledError if the current task was asked to stop.
-
-    For a task's own loop (one never run inside `asyncio.timeout`): libraries under the ledger
-    can swallow a cancel that lands at the wrong moment (psycopg_pool's check while it tests a
-    connection; Python 3.11's `wait_for` when its wait ends at the same time), and a loop that
-    went on would never end.
-    """
-    task = asyncio.current_task()
-    if task is not None and task.cancelling():
-        raise asyncio.CancelledError
 
 
 class LedgerConnection:

@@ -25,6 +25,7 @@ from psycopg import sql
 
 from rollout.ledger.connection import LedgerConnection, Pool
 from rollout.ledger.errors import InvalidInput
+from rollout.tasks import raise_if_cancelled, stop_task
 
 log = logging.getLogger(__name__)
 
@@ -79,13 +80,12 @@ class Listener:
 
     async def close(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+            await stop_task(self._task)
             self._task = None
 
     async def _run(self) -> None:
         while True:
+            raise_if_cancelled()  # a cancel psycopg swallowed while it connected or listened
             try:
                 conn = await psycopg.AsyncConnection.connect(self._url, autocommit=True)
             except Exception as error:

@@ -24,10 +24,11 @@ from typing import LiteralString
 
 from psycopg.rows import class_row
 
-from rollout.ledger.connection import LedgerConnection, Pool, fetch_all, raise_if_cancelled
+from rollout.ledger.connection import LedgerConnection, Pool, fetch_all
 from rollout.ledger.errors import InvalidInput
 from rollout.ledger.inputs import not_empty
 from rollout.ledger.retry import is_disconnect
+from rollout.tasks import raise_if_cancelled
 
 log = logging.getLogger("rollout.ledger.processes")
 

@@ -40,11 +40,12 @@ from rollout.harness.errors import TaskError, capped
 from rollout.harness.loading import load_environment
 from rollout.harness.play import SeatResult, make_task, play_seat
 from rollout.ledger import Ledger, SeatClaim, StaleFence
-from rollout.ledger.connection import raise_if_cancelled
 from rollout.net.client import TransportError
 from rollout.runners.client import GatewayCallError, GatewayClient, seat_completer, seat_context
+from rollout.runners.heartbeat import seat_heartbeat
 from rollout.runs.live import RunSettings
 from rollout.sandboxes import SandboxSeats, sandbox_pool
+from rollout.tasks import raise_if_cancelled
 
 log = logging.getLogger("rollout.runner")
 
@@ -65,10 +66,6 @@ def _refusal(error: GatewayCallError) -> str:
     with contextlib.suppress(ValueError, TypeError, LookupError):
         message = str(json.loads(error.body)["error"]["message"])
     return f"the gateway answered {error.status} to a model call: {message}"
-
-
-HEARTBEAT_STOP_S = 10.0
-"""How long a seat's end waits for its heartbeat to stop after cancelling it."""
 
 
 class Runner:
@@ -135,6 +132,7 @@ class Runner:
         active: set[asyncio.Task[SeatResult | None]] = set()
         try:
             while not stop.is_set():
+                raise_if_cancelled()  # a cancel a library swallowed during the last claim
                 if max_seats is not None and self.seats_played + len(active) >= max_seats:
                     if not active:
                         return
@@ -189,9 +187,9 @@ class Runner:
         Returns the result when the seat ended `completed`; None when it ended `failed`, was
         taken over, or was left to be played again (see the module docstring).
         """
-        heartbeat = asyncio.create_task(self._heartbeat(claim))
         try:
-            result = await self._play(claim)
+            async with seat_heartbeat(self.ledger, claim, self.lease_seconds):
+                result = await self._play(claim)
         except StaleFence:
             self._log_fenced(claim)
             return None
@@ -206,11 +204,6 @@ class Runner:
             # (as a new attempt) once this claim expires.
             self._log_abandoned(claim, error)
             return None
-        finally:
-            heartbeat.cancel()
-            # Waited for, not awaited: a cancel of this play still stops it, and a heartbeat
-            # stuck in a library call cannot keep the seat from ending.
-            await asyncio.wait({heartbeat}, timeout=HEARTBEAT_STOP_S)
         self.seats_played += 1
         try:
             if isinstance(result, SeatResult):
@@ -268,18 +261,6 @@ class Runner:
             return f"{error}\n{error.traceback or ''}".strip()
         except RolloutError as error:
             return capped(str(error))
-
-    async def _heartbeat(self, claim: SeatClaim) -> None:
-        while True:
-            # A cancel the pool swallowed during the last beat (Python 3.11's `wait_for` inside
-            # psycopg_pool): going on would renew the claim forever while `play` waits here.
-            raise_if_cancelled()
-            await asyncio.sleep(self.lease_seconds / 3)
-            try:
-                await self.ledger.heartbeat(claim, self.lease_seconds)
-            except StaleFence:
-                log.warning("lost seat %s/%s", claim.episode_id, claim.agent)
-                return
 
     async def close(self) -> None:
         pools = [sandbox_pool(environment) for environment in self._environments.values()]

@@ -33,6 +33,7 @@ from rollout.ledger.sandboxes import SandboxClaim
 from rollout.sandboxes.errors import SandboxError
 from rollout.sandboxes.pool import Details, SandboxPool
 from rollout.settings import get_settings
+from rollout.tasks import raise_if_cancelled, stop_task
 
 log = logging.getLogger("rollout.sandboxes")
 
@@ -94,9 +95,7 @@ class SandboxSeats:
         # Anything else (cancelled, fenced out, gateway gone) abandons the seat: it will be
         # played again, so this agent has not finished; the claim expires if nobody renews it.
         finally:
-            renew.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await renew
+            await stop_task(renew)
             if finished:
                 try:
                     released = await self.ledger.finish_sandbox_seat(claim, seat.agent)
@@ -110,6 +109,7 @@ class SandboxSeats:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.wait_timeout
         while True:
+            raise_if_cancelled()
             claim = await self.ledger.claim_sandbox(
                 pool.name,
                 episode_id=seat.episode_id,
@@ -211,6 +211,7 @@ class SandboxSeats:
 
     async def _renew(self, claim: SandboxClaim) -> None:
         while True:
+            raise_if_cancelled()  # a cancel the pool swallowed during the last renewal
             await asyncio.sleep(self.lease_seconds / 3)
             try:
                 await self.ledger.renew_sandbox(claim, self.lease_seconds)

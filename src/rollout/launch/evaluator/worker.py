@@ -22,7 +22,6 @@ counts exactly once. Several evaluators may share work: claims never overlap.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import secrets
@@ -46,6 +45,7 @@ from rollout.ledger import Ledger, RunRecord, SeatClaim, StaleFence
 from rollout.ledger.evals import EvalJob
 from rollout.net.client import TransportError
 from rollout.runners.client import GatewayClient, seat_completer, seat_context
+from rollout.runners.heartbeat import seat_heartbeat
 from rollout.runs import live
 from rollout.runs.errors import RunError
 from rollout.runs.spec import RunSpec
@@ -295,19 +295,15 @@ class Evaluator:
         self, claim: SeatClaim, suite: ResolvedSuite, client: GatewayClient
     ) -> None:
         """Play one claimed eval seat and end it under its attempt."""
-        heartbeat = asyncio.create_task(self._heartbeat(claim))
         try:
-            outcome = await self._play(claim, suite, client)
+            async with seat_heartbeat(self.ledger, claim, self.lease_seconds):
+                outcome = await self._play(claim, suite, client)
         except StaleFence:
             log.warning("eval seat %s/%s was taken over", claim.episode_id, claim.agent)
             return
         except TransportError as error:  # infrastructure: leave the seat to be played again
             log.warning("eval seat %s/%s abandoned: %s", claim.episode_id, claim.agent, error)
             return
-        finally:
-            heartbeat.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await heartbeat
         try:
             if isinstance(outcome, str):
                 await self.ledger.end_seat(claim, reward=0.0, status="failed", error=outcome)
@@ -341,14 +337,6 @@ class Evaluator:
             return f"{error}\n{error.traceback or ''}".strip()
         except RolloutError as error:
             return str(error)
-
-    async def _heartbeat(self, claim: SeatClaim) -> None:
-        while True:
-            await asyncio.sleep(self.lease_seconds / 3)
-            try:
-                await self.ledger.heartbeat(claim, self.lease_seconds)
-            except StaleFence:
-                return
 
     async def _mark_evaluated(self) -> None:
         """A finished run with nothing left to evaluate gets the `evaluated` setting (the local
