@@ -61,6 +61,16 @@ class SandboxPool(ABC):
     async def stop(self, details: Mapping[str, Any]) -> None:
         """Stop the instance (no error if it is gone already)."""
 
+    async def claimed(self, details: Mapping[str, Any]) -> Details:
+        """Called by the claimer on every claim, once the instance is started or reset and
+        before any agent uses it; returns the details the claim's agents get.
+
+        By default the details are unchanged. A pool whose instances answer only to a secret
+        of the claim (`rollout.sandboxes.computer`) replaces it here, so that whoever held an
+        earlier claim is refused from then on.
+        """
+        return dict(details)
+
     async def reset(self, details: Mapping[str, Any], workdir: Path) -> Details:
         """Bring a used instance back to its initial state; returns its (new) details.
 

@@ -7,7 +7,8 @@
    counted in the same transaction) and start it; when the host is full, wait for an instance
    to be released or to expire;
 2. prepare (the runner that made the claim): health-check the instance (a crashed one is
-   retired and replaced), reset it if an earlier episode used it, then mark it ready. Runners
+   retired and replaced), reset it if an earlier episode used it, let the pool prepare it for
+   this claim (`SandboxPool.claimed`: a new secret), then mark it ready. Runners
    that joined wait until it is ready (or the claim changes hands, then they claim again);
 3. yield the details (plus `instance` and `epoch`) for `RunContext.sandbox`, renewing the claim
    in the background while the seat plays;
@@ -166,6 +167,14 @@ class SandboxSeats:
                 log.warning("reset of %s failed: %s", claim.instance_id, error)
                 await self.ledger.retire_sandbox(claim.instance_id, f"reset failed: {error}")
                 return None
+        try:
+            details = await pool.claimed(details)
+        except SandboxError as error:
+            log.warning("claiming %s failed: %s", claim.instance_id, error)
+            await self.ledger.retire_sandbox(claim.instance_id, f"claim failed: {error}")
+            with contextlib.suppress(Exception):
+                await pool.stop(details)
+            return None
         await self.ledger.sandbox_ready(
             claim, details=details, reset=claim.needs_reset, holder=self.holder
         )
