@@ -1,10 +1,15 @@
-"""What the Claude Code and Codex environments share: a coding-agent CLI as the agent.
+"""What the Claude Code and Codex environments share: a coding-agent CLI as the agent, inside
+the episode's computer.
 
-`CliFileTask.start` runs the CLI once, non-interactively, in a fresh scratch folder with the
-seat's gateway URL and key, so the CLI's model calls are the episode's recorded turns. The task
-asks for one file with given content; the reward is 1.0 when the folder holds exactly that file
-content afterwards. The CLI's network is loopback only (a dead proxy for everything else),
-telemetry and update checks are off, and the run is bounded by `timeout_seconds`.
+Each episode claims a computer (`rollout.sandboxes.computer`: an isolated Linux workspace, no
+network, limits on memory, processes, disk and time) made from `agent_template()`: an empty
+git workspace, with Node.js and the pinned CLIs visible read-only. `CliFileTask.start` runs the
+CLI there once, non-interactively, with the seat's gateway URL and key; the gateway's address is
+the one thing the CLI's command may reach (relayed onto the computer's loopback), so the CLI's
+model calls are the episode's recorded turns, and every tool call it makes (a file write, a
+shell command) happens inside the computer. The task asks for one file with given content; the
+reward is 1.0 when the computer holds exactly that file content afterwards, read from the
+computer. The run is bounded by `timeout_seconds` (the computer kills every process past it).
 
 The CLIs come from `tools/agents` (`npm ci` there; `.ci/run` does it), or from `CLAUDE_CODE_BIN`
 / `CODEX_BIN`, or from PATH.
@@ -16,28 +21,34 @@ writes the file with the CLI's own tool (`Write` for Claude Code, `exec_command`
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import os
 import re
 import shlex
 import shutil
-import signal
-import tempfile
 from abc import abstractmethod
 from pathlib import Path
 from typing import Any
 
 from rollout.contracts import Message
 from rollout.harness import End, Observation, RunContext, Task
+from rollout.sandboxes.computer import (
+    HOME,
+    WORKSPACE,
+    Computer,
+    ComputerPool,
+    Limits,
+    Template,
+    loopback_route,
+)
 
 AGENTS_DIR = Path(__file__).resolve().parents[2] / "tools" / "agents"
 """The pinned CLIs' npm project (package.json with exact versions, package-lock.json)."""
 
 _TASK = re.compile(r"Create the file (\S+) whose content is exactly the JSON string (\".*\")\.")
 
-# Everything that is not loopback goes to a closed port: the CLIs reach only the gateway.
+# Everything that is not loopback goes to a closed port: the CLIs try nothing but the gateway
+# (the computer has no other network anyway).
 _DEAD_PROXY = "http://127.0.0.1:9"
 LOOPBACK_ONLY = {
     "HTTP_PROXY": _DEAD_PROXY,
@@ -99,8 +110,28 @@ def gateway_root(gateway_url: str) -> str:
     return gateway_url.rstrip("/").removesuffix("/v1")
 
 
+def agent_template(limits: Limits | None = None) -> Template:
+    """A coding agent's computer: an empty git workspace; Node.js and the pinned CLIs
+    (`tools/agents`, or the folders of `CLAUDE_CODE_BIN` / `CODEX_BIN`) read-only."""
+    tools = [str(AGENTS_DIR)]
+    node = shutil.which("node")
+    if node is not None:
+        tools.append(str(Path(node).resolve().parent.parent))
+    for variable in ("CLAUDE_CODE_BIN", "CODEX_BIN"):
+        if os.environ.get(variable):
+            tools.append(str(Path(os.environ[variable]).resolve().parent))
+    present = [tool for tool in dict.fromkeys(tools) if Path(tool).is_dir()]
+    return Template(git=True, tools=tuple(present), limits=limits or Limits())
+
+
+def agent_pool() -> ComputerPool:
+    """The computers of the coding-agent environments (one agent each)."""
+    return ComputerPool(agent_template(), name="agent-computer", seats=1)
+
+
 class CliFileTask(Task):
-    """Run a coding-agent CLI once to create one file; reward 1.0 if the file is right.
+    """Run a coding-agent CLI once, inside the episode's computer, to create one file; reward
+    1.0 if the file is right.
 
     Parameters: `filename`, `content`, and optionally `timeout_seconds` (default 120).
     """
@@ -114,12 +145,15 @@ class CliFileTask(Task):
         self.timeout = float(parameters.get("timeout_seconds", 120.0))
 
     @abstractmethod
-    def command(self, prompt: str, folder: Path, home: Path) -> list[str]:
-        """The CLI's command line, run in `folder`."""
+    def command(self, prompt: str, folder: str, home: str) -> list[str]:
+        """The CLI's command line, run in `folder` inside the computer."""
 
     @abstractmethod
-    def environment(self, run: RunContext, home: Path) -> dict[str, str]:
-        """The CLI's own variables (gateway URL and key, telemetry off)."""
+    async def environment(
+        self, run: RunContext, computer: Computer, gateway: str, home: str
+    ) -> dict[str, str]:
+        """The CLI's own variables (gateway URL `gateway`, as reached inside, and key;
+        telemetry off), after writing any configuration it needs into the computer."""
 
     async def start(self, run: RunContext) -> Observation:
         if run.gateway_url is None or run.api_key is None:
@@ -127,54 +161,32 @@ class CliFileTask(Task):
                 f"{self.cli_name} makes its own model calls and needs the gateway: "
                 "RunContext.gateway_url and api_key are None (play it with `rollout run`)"
             )
-        scratch = Path(tempfile.mkdtemp(prefix=f"rollout-{self.cli_name}-"))
-        try:
-            folder, home = scratch / "work", scratch / "home"
-            folder.mkdir()
-            home.mkdir()
-            target = folder / self.filename
-            prompt = task_prompt(target, self.content)
-            env = {
-                "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-                "HOME": str(home),
-                "TMPDIR": str(scratch),
-                "LANG": "C.UTF-8",
-                **LOOPBACK_ONLY,
-                **self.environment(run, home),
-            }
-            code, out, err = await self._run(self.command(prompt, folder, home), folder, env)
-            written = target.read_text() if target.is_file() else None
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
+        gateway, route = loopback_route(gateway_root(run.gateway_url))
+        target = f"{WORKSPACE}/{self.filename}"
+        prompt = task_prompt(Path(target), self.content)
+        async with Computer.of(run.sandbox) as computer:
+            env = {**LOOPBACK_ONLY, **await self.environment(run, computer, gateway, HOME)}
+            result = await computer.run(
+                self.command(prompt, WORKSPACE, HOME),
+                env=env,
+                timeout=self.timeout,
+                connect=[route],
+            )
+            written = await computer.read_text(target) if await computer.exists(target) else None
         correct = written is not None and written.rstrip("\n") == self.content
-        run.logger.info("%s exited %s: %s %s", self.cli_name, code, out[-500:], err[-500:])
+        run.logger.info("%s in the computer: %s", self.cli_name, result.report(500))
         return End(
             reward=1.0 if correct else 0.0,
             metrics={
-                "exit_code": float(code),
+                "exit_code": float(result.exit_code),
                 "file_written": float(written is not None),
+                "limits_hit": float(len(result.limits)),
             },
-            messages=[Message.user(prompt), Message.assistant(out.strip())],
+            messages=[
+                Message.user(prompt),
+                Message.assistant(result.stdout.strip() if result.ok else result.report(2000)),
+            ],
         )
-
-    async def _run(self, argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[int, str, str]:
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
-            cwd=cwd,
-            env=env,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            start_new_session=True,  # its own process group: a timeout kills its children too
-        )
-        try:
-            out, err = await asyncio.wait_for(proc.communicate(), self.timeout)
-        except (TimeoutError, asyncio.CancelledError):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            await proc.wait()
-            raise
-        return proc.returncode or 0, out.decode(errors="replace"), err.decode(errors="replace")
 
 
 def file_parameters(seed: int) -> dict[str, Any]:

@@ -2,8 +2,9 @@
 
 Each completes a turn against `rollout playground` (the scripted arithmetic model), and each plays
 one tool-using episode as the agent (environments/claude_code, environments/codex): the scripted
-model emits the CLI's own file-writing tool call, the CLI runs it in a scratch folder, the
-reward checks the folder, and the CLI's calls are the seat's recorded turns.
+model emits the CLI's own file-writing tool call, the CLI runs it inside the episode's computer
+(a real `ComputerPool` instance), the reward checks the computer, and the CLI's calls are the
+seat's recorded turns. The file lands in the computer, not on the host.
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ from rollout.harness import End, Environment, RunContext
 from rollout.harness.play import play_seat
 from rollout.inference.scripted import arithmetic_reply
 from rollout.launch.playground import Playground
+from rollout.sandboxes import SandboxError, sandbox_pool
+from rollout.sandboxes.computer import Computer
+from rollout.sandboxes.computer.bubblewrap import check_host
 from tests.gateway.gateway_helpers import Serve
 
 
@@ -98,36 +102,53 @@ async def test_both_clis_complete_a_turn_against_the_playground(
     assert [t.request["protocol"] for t in turns] == ["messages", "responses"]
 
 
-async def play_cli_episode(serve: Serve, environment: Environment) -> None:
+async def play_cli_episode(serve: Serve, environment: Environment, tmp_path: Path) -> None:
+    try:
+        check_host()
+    except SandboxError as error:
+        pytest.skip(str(error))
     served = await serve(agent_script)
     claim = served.claim
-    run = RunContext(
-        run_id=claim.run_id,
-        episode_id=claim.episode_id,
-        agent=claim.agent,
-        seed=claim.seed,
-        attempt=claim.attempt,
-        gateway_url=served.server.base_url,
-        api_key=claim.api_key,
-    )
-    task = environment.task(environment.draw_parameters(0, seed=3))
+    pool = sandbox_pool(environment)
+    assert pool is not None
+    computer = await pool.start(tmp_path / "computer")
+    try:
+        run = RunContext(
+            run_id=claim.run_id,
+            episode_id=claim.episode_id,
+            agent=claim.agent,
+            seed=claim.seed,
+            attempt=claim.attempt,
+            gateway_url=served.server.base_url,
+            api_key=claim.api_key,
+            sandbox=computer,
+        )
+        parameters = environment.draw_parameters(0, seed=3)
+        task = environment.task(parameters)
 
-    async def never(*_: object) -> object:
-        raise AssertionError("the CLI makes its own model calls")
+        async def never(*_: object) -> object:
+            raise AssertionError("the CLI makes its own model calls")
 
-    result = await play_seat(environment, task, run, never)  # type: ignore[arg-type]
-    assert isinstance(result.end, End)
-    assert result.reward == 1.0, result.end
+        result = await play_seat(environment, task, run, never)  # type: ignore[arg-type]
+        assert isinstance(result.end, End)
+        assert result.reward == 1.0, result.end
+        # The policy's file is in the computer; the host's path of the same name is not there.
+        path = f"/workspace/{parameters['filename']}"
+        async with Computer.of(computer) as inside:
+            assert await inside.read_text(path) == parameters["content"]
+        assert not os.path.exists(path)  # noqa: ASYNC240
+    finally:
+        await pool.stop(computer)
     one, two = await served.turns()
     assert one.stop_reason == "tool_calls" and two.stop_reason == "stop"
     assert served.renderer.decode(list(two.completion_tokens)).startswith("Done.")
 
 
 @needs_claude
-async def test_claude_code_plays_a_tool_using_episode(serve: Serve) -> None:
-    await play_cli_episode(serve, claude_environment)
+async def test_claude_code_plays_a_tool_using_episode(serve: Serve, tmp_path: Path) -> None:
+    await play_cli_episode(serve, claude_environment, tmp_path)
 
 
 @needs_codex
-async def test_codex_plays_a_tool_using_episode(serve: Serve) -> None:
-    await play_cli_episode(serve, codex_environment)
+async def test_codex_plays_a_tool_using_episode(serve: Serve, tmp_path: Path) -> None:
+    await play_cli_episode(serve, codex_environment, tmp_path)

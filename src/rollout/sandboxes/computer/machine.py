@@ -18,6 +18,7 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -209,7 +210,8 @@ class Machine:
         keep = keep_bytes or limits.output_bytes
         number = next(self._ids)
         group = self.cgroups.child(f"command-{number}", limits)
-        net_folder = self.workdir / "net" / str(number)
+        # A short folder of its own: a Unix socket's path must fit in 108 bytes.
+        net_folder = Path(tempfile.mkdtemp(prefix="rollout-net-")) if routes else None
         servers: list[asyncio.AbstractServer] = []
         began = time.monotonic()
         self.commands += 1
@@ -217,7 +219,7 @@ class Machine:
         try:
             names: list[tuple[int, str]] = []
             if routes:
-                net_folder.mkdir(parents=True)
+                assert net_folder is not None
                 for index, route in enumerate(routes):
                     name = f"{index}.sock"
                     servers.append(
@@ -262,7 +264,8 @@ class Machine:
             self.running -= 1
             for server in servers:
                 server.close()
-            shutil.rmtree(net_folder, ignore_errors=True)
+            if net_folder is not None:
+                shutil.rmtree(net_folder, ignore_errors=True)
             await asyncio.to_thread(group.remove)
         hit = self._limits_hit(code, timed_out, wall, counters.fork_refusals, counters.oom_kills)
         if max(out_bytes, err_bytes) > keep:

@@ -171,6 +171,9 @@ class ComputerApi:
             return _error(404, str(error))
         except SandboxError as error:
             return _error(400, str(error))
+        except OSError as error:  # the host failed it (not the request): say what, not a bare 500
+            log.exception("computer: a request failed")
+            return _error(500, f"computer: {error}")
 
     async def health(self, request: Request) -> Response:
         return JSONResponse({"ok": True, "running": self.machine.running})
