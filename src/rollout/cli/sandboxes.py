@@ -1,14 +1,23 @@
-"""`rollout sandboxes list`: the sandbox instances in the ledger and their claims."""
+"""`rollout sandboxes list`: the sandbox instances in the ledger and their claims.
+
+A computer's line adds what it uses now (asked of the computer itself: memory, processes, disk,
+CPU time, commands); its claim's secret is never printed.
+"""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Mapping
 from dataclasses import asdict
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
 
-from rollout.cli.common import JsonFlag, console, print_json, query
+from rollout.cli.common import JsonFlag, console, print_json, query, run_async
+
+if TYPE_CHECKING:
+    from rollout.ledger.sandboxes import SandboxRecord
 
 sandboxes_app = typer.Typer(help="Inspect sandbox instances.", no_args_is_help=True)
 
@@ -19,13 +28,38 @@ def sandboxes_list(
     retired: Annotated[bool, typer.Option("--all", help="Include retired instances.")] = False,
     as_json: JsonFlag = False,
 ) -> None:
-    """Instances, oldest first: pool, host, state, the episode holding one, its claim epoch."""
+    """Instances, oldest first: pool, host, state, the episode holding one, its claim epoch, and
+    a computer's usage."""
+    from rollout.sandboxes.computer import computer_usage, is_computer, usage_line
+
     records = query(lambda ledger: ledger.list_sandboxes(pool=pool, include_retired=retired))
+
+    async def usages() -> list[dict[str, Any] | None]:
+        async def one(record: SandboxRecord) -> dict[str, Any] | None:
+            if record.retired or not is_computer(record.details):
+                return None
+            return await computer_usage(record.details)
+
+        return list(await asyncio.gather(*(one(record) for record in records)))
+
+    usage = run_async(usages())
     if as_json:
-        print_json([{**asdict(record), "state": record.state} for record in records])
+        print_json(
+            [
+                {
+                    **asdict(record),
+                    "details": _public(record.details),
+                    "state": record.state,
+                    "usage": used,
+                }
+                for record, used in zip(records, usage, strict=True)
+            ]
+        )
         return
-    table = Table("instance", "pool", "host", "state", "epoch", "episode", "holder", "finished")
-    for record in records:
+    table = Table(
+        "instance", "pool", "host", "state", "epoch", "episode", "holder", "finished", "usage"
+    )
+    for record, used in zip(records, usage, strict=True):
         finished = "-" if record.agents is None else f"{len(record.finished)}/{record.agents}"
         table.add_row(
             record.instance_id,
@@ -36,5 +70,11 @@ def sandboxes_list(
             record.episode_id or "-",
             record.holder or "-",
             finished if record.episode_id else "-",
+            usage_line(used) if used else "-",
         )
     console.print(table)
+
+
+def _public(details: Mapping[str, Any]) -> dict[str, Any]:
+    """An instance's details without its claim's secret."""
+    return {key: "(hidden)" if key == "secret" else value for key, value in details.items()}

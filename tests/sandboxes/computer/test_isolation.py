@@ -1,7 +1,7 @@
 """A hostile policy inside a computer: everything it tries is refused or contained.
 
 Two real computers (`ComputerPool`: a server process per computer, each command under real
-bubblewrap, real cgroups, a real tmpfs disk) are started once for the module; every test runs
+bubblewrap, real cgroups, a real tmpfs disk; `computers` in conftest.py) are shared; every test runs
 what a policy that is not yet trustworthy would run, checks the reason the command's result
 gives (what the episode records), and checks that the host, and the other computer, are
 unchanged: a canary folder on the host keeps its files, no stray process or connection appears,
@@ -25,17 +25,10 @@ from typing import Any
 
 import pytest
 
-from rollout.sandboxes import SandboxError
-from rollout.sandboxes.computer import Computer, ComputerError, ComputerPool, Limits, Template
-from rollout.sandboxes.computer.bubblewrap import check_host
+from rollout.sandboxes.computer import Computer, ComputerError, ComputerPool
+from tests.sandboxes.computer.conftest import TEMPLATE
 
-pytestmark = pytest.mark.slow  # the two computers take ~4 s to start, once for the module
-
-TEMPLATE = Template(
-    files={"task.md": "Write add() in calc.py.\n"},
-    git=True,
-    limits=Limits(memory_mb=96, processes=48, disk_mb=8, command_seconds=10),
-)
+pytestmark = pytest.mark.slow  # the two computers take ~4 s to start, once for the package
 CANARY_TEXT = "the host's secret\n"
 
 
@@ -55,33 +48,6 @@ def canary(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     before = _snapshot(folder)
     yield folder
     assert _snapshot(folder) == before, "the host's canary folder changed"
-
-
-@pytest.fixture(scope="module")
-def computers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[dict[str, Any]]]:
-    """Two computers of one pool (two claims' computers), stopped after the module."""
-    try:
-        check_host()
-    except SandboxError as error:
-        pytest.skip(str(error))
-    pool = ComputerPool(TEMPLATE)
-    folders = [tmp_path_factory.mktemp(f"computer-{index}") for index in range(2)]
-
-    async def start() -> list[dict[str, Any]]:
-        return list(await asyncio.gather(*(pool.start(folder) for folder in folders)))
-
-    started = asyncio.run(start())
-    try:
-        yield started
-    finally:
-
-        async def stop() -> None:
-            await asyncio.gather(*(pool.stop(details) for details in started))
-
-        asyncio.run(stop())
-    for details in started:  # nothing of a computer outlives it
-        cgroup = Path("/sys/fs/cgroup/pids")
-        assert not any(cgroup.rglob(details["cgroup"])), details["cgroup"]
 
 
 async def test_reading_or_writing_outside_the_workspace_is_refused(

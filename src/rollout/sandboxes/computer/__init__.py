@@ -15,7 +15,10 @@ from rollout.sandboxes.computer.client import (
     CommandResult,
     Computer,
     ComputerError,
+    computer_usage,
+    is_computer,
     loopback_route,
+    usage_line,
 )
 from rollout.sandboxes.computer.pool import ComputerPool
 from rollout.sandboxes.computer.template import (
@@ -38,7 +41,10 @@ __all__ = [
     "InvalidTemplate",
     "Limits",
     "Template",
+    "computer_usage",
+    "is_computer",
     "loopback_route",
     "node_tool",
     "python_tool",
+    "usage_line",
 ]

@@ -93,6 +93,38 @@ class CommandResult:
         )
 
 
+def is_computer(details: Mapping[str, Any]) -> bool:
+    """Whether an instance's details are a computer's."""
+    return details.get("kind") == "computer"
+
+
+def usage_line(usage: Mapping[str, Any]) -> str:
+    """A computer's usage in one line (what `rollout sandboxes list` shows).
+
+    >>> usage_line({"memory_bytes": 3 << 20, "memory_limit_bytes": 2 << 30, "processes": 2,
+    ...             "process_limit": 256, "disk_bytes": 1 << 20, "disk_limit_bytes": 512 << 20,
+    ...             "cpu_seconds": 1.25, "commands": 7, "running": 1})
+    'memory 3/2048 MiB, 2/256 processes, disk 1/512 MiB, cpu 1.2 s, 7 commands (1 running)'
+    """
+    mib = 1 << 20
+    return (
+        f"memory {usage['memory_bytes'] // mib}/{usage['memory_limit_bytes'] // mib} MiB, "
+        f"{usage['processes']}/{usage['process_limit']} processes, "
+        f"disk {usage['disk_bytes'] // mib}/{usage['disk_limit_bytes'] // mib} MiB, "
+        f"cpu {usage['cpu_seconds']:.1f} s, "
+        f"{usage['commands']} commands ({usage['running']} running)"
+    )
+
+
+async def computer_usage(details: Mapping[str, Any], seconds: float = 3.0) -> dict[str, Any] | None:
+    """A computer's usage, or None when it does not answer within `seconds`."""
+    try:
+        async with Computer.of(details, timeout=seconds) as computer:
+            return await computer.usage()
+    except SandboxError:
+        return None
+
+
 def loopback_route(url: str) -> tuple[str, str]:
     """(the URL a command uses inside, the `connect` entry that relays it out).
 
@@ -113,18 +145,20 @@ class Computer:
     Args:
         url: `http://HOST:PORT` of its server.
         secret: The claim's secret.
+        timeout: The HTTP timeout of one request, in seconds.
     """
 
-    def __init__(self, url: str, secret: str) -> None:
+    def __init__(self, url: str, secret: str, timeout: float = REQUEST_SECONDS) -> None:
         self.url = url.rstrip("/")
         self._secret = secret
-        self._http = JsonHttpClient(timeout=REQUEST_SECONDS, max_connections=16)
+        self._http = JsonHttpClient(timeout=timeout, max_connections=16)
 
     @classmethod
-    def of(cls, details: Mapping[str, Any]) -> Computer:
+    def of(cls, details: Mapping[str, Any], timeout: float = REQUEST_SECONDS) -> Computer:
         """The computer of an instance's details (`RunContext.sandbox`)."""
         try:
-            return cls(f"http://{details['host']}:{details['port']}", str(details["secret"]))
+            url = f"http://{details['host']}:{details['port']}"
+            return cls(url, str(details["secret"]), timeout)
         except KeyError as error:
             raise SandboxError(
                 f"not a computer's details: {error.args[0]!r} is missing (keys: {sorted(details)})"
