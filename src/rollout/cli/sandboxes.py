@@ -56,12 +56,12 @@ def sandboxes_list(
             ]
         )
         return
-    table = Table(
-        "instance", "pool", "host", "state", "epoch", "episode", "holder", "finished", "usage"
-    )
+    columns = ["instance", "pool", "host", "state", "epoch", "episode", "holder", "finished"]
+    shown = any(usage)  # the usage column only when a computer answered
+    table = Table(*columns, *(["usage"] if shown else []))
     for record, used in zip(records, usage, strict=True):
         finished = "-" if record.agents is None else f"{len(record.finished)}/{record.agents}"
-        table.add_row(
+        cells = [
             record.instance_id,
             record.pool,
             record.host,
@@ -70,8 +70,10 @@ def sandboxes_list(
             record.episode_id or "-",
             record.holder or "-",
             finished if record.episode_id else "-",
-            usage_line(used) if used else "-",
-        )
+        ]
+        if shown:
+            cells.append(usage_line(used) if used else "-")
+        table.add_row(*cells)
     console.print(table)
 
 
