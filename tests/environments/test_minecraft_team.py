@@ -10,24 +10,15 @@ are untouched.
 
 from __future__ import annotations
 
-import asyncio
-import os
 import shutil
-import subprocess
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import psycopg
 import pytest
 
-from rollout.gateway.app import create_app
-from rollout.inference.scripted import ScriptedBackend
 from rollout.ledger import EpisodeSpec, Ledger
-from rollout.models import default_tokenizer_dir
-from rollout.net.server import AppServer
-from rollout.rendering import HFRenderer
 from rollout.sandboxes import connect
+from tests.environments.runner_processes import play_in_processes, scripted_gateway, seat_claimers
 
 ROOT = Path(__file__).resolve().parents[2]
 NODE_PACKAGES = ROOT / "environments" / "minecraft_team" / "node_modules" / "flying-squid"
@@ -38,50 +29,13 @@ pytestmark = pytest.mark.skipif(
     reason="needs node and `npm ci` in environments/minecraft_team (.ci/run does it)",
 )
 
-# A runner process that plays one seat and exits without stopping the sandbox, so that the
-# test can read the world the episode left.
-RUNNER = """
-import asyncio, logging, sys
-from rollout.ledger import Ledger
-from rollout.runners.runner import Runner
-
-async def main():
-    logging.basicConfig(level=logging.INFO)
-    ledger = await Ledger.connect(sys.argv[1], migrate=False)
-    runner = Runner(ledger, sys.argv[2], runner_id=sys.argv[3], run_id=sys.argv[4],
-                    concurrency=1, lease_seconds=30.0, idle_wait=0.2)
-    await runner.run(asyncio.Event(), max_seats=1)
-
-asyncio.run(main())
-"""
-
 
 @pytest.fixture
 async def builder_gateway(ledger: Ledger) -> AsyncIterator[str]:
     from minecraft_team.environment import builder_script
 
-    folder = default_tokenizer_dir()
-    backend = ScriptedBackend.from_model_dir(folder, builder_script)
-    server = await AppServer(
-        create_app(ledger, HFRenderer(folder), backend, model_name="scripted")
-    ).start()
-    try:
-        yield f"{server.url}/v1"
-    finally:
-        await server.stop()
-
-
-def _runner(
-    database_url: str, gateway: str, name: str, run_id: str, log: Path
-) -> subprocess.Popen[bytes]:
-    with log.open("wb") as output:
-        return subprocess.Popen(
-            [sys.executable, "-c", RUNNER, database_url, gateway, name, run_id],
-            cwd=ROOT,
-            env=dict(os.environ),
-            stdout=output,
-            stderr=subprocess.STDOUT,
-        )
+    async with scripted_gateway(ledger, builder_script) as url:
+        yield url
 
 
 @pytest.mark.slow
@@ -95,19 +49,7 @@ async def test_four_runner_processes_build_in_one_world(
     [episode] = await ledger.add_episodes(
         run.run_id, [EpisodeSpec(0, 0, {"reward": "team"}, seed=SEED, agents=4)]
     )
-    logs = [tmp_path / f"runner-{index}.log" for index in range(4)]
-    runners = [
-        _runner(database_url, builder_gateway, f"runner-{index}", run.run_id, log)
-        for index, log in enumerate(logs)
-    ]
-    try:
-        for process, log in zip(runners, logs, strict=True):
-            code = await asyncio.to_thread(process.wait, 900)
-            assert code == 0, log.read_text()[-3000:]
-    finally:
-        for process in runners:
-            if process.poll() is None:
-                process.kill()
+    await play_in_processes(database_url, builder_gateway, run.run_id, 4, tmp_path, 900)
     [instance] = await ledger.list_sandboxes(pool="minecraft")
     try:
         record = await ledger.episode(episode)
@@ -115,11 +57,7 @@ async def test_four_runner_processes_build_in_one_world(
         assert [end.status for end in ends] == ["completed"] * 4, [e.error for e in ends]
         assert [end.reward for end in ends] == [1.0] * 4
         assert all(end.metrics["actions"] == 3 and end.metrics["team_built"] == 1 for end in ends)
-        async with await psycopg.AsyncConnection.connect(database_url) as conn:
-            cursor = await conn.execute(
-                "SELECT DISTINCT runner FROM seat_claims WHERE episode_id = %s", (episode,)
-            )
-            claimers = {row[0] for row in await cursor.fetchall()}
+        claimers = await seat_claimers(database_url, episode)
         assert claimers == {f"runner-{index}" for index in range(4)}  # four processes
         events = [e.event for e in await ledger.sandbox_events(instance.instance_id)]
         assert events == ["started", "claimed", "released"]

@@ -11,66 +11,36 @@ same reward is 0.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import psycopg
 import pytest
 from pair_coding.environment import SOLUTION, TESTS, pair_script, team_reward
 
-from rollout.gateway.app import create_app
-from rollout.inference.scripted import ScriptedBackend
 from rollout.ledger import EpisodeSpec, Ledger
-from rollout.models import default_tokenizer_dir
-from rollout.net.server import AppServer
-from rollout.rendering import HFRenderer
-from rollout.sandboxes import SandboxError
 from rollout.sandboxes.computer import Computer, ComputerPool
-from rollout.sandboxes.computer.bubblewrap import check_host
-from tests.environments.test_minecraft_team import _runner
+from tests.environments.runner_processes import play_in_processes, scripted_gateway, seat_claimers
+from tests.sandboxes.computer.machines import require_computers
 
 FUNCTION = {"name": "add", "arguments": "a, b", "does": "returns a + b", "example": [[2, 3], 5]}
 
 
 @pytest.fixture
 async def pair_gateway(ledger: Ledger) -> AsyncIterator[str]:
-    folder = default_tokenizer_dir()
-    backend = ScriptedBackend.from_model_dir(folder, lambda text: pair_script(text) or "Done.")
-    server = await AppServer(
-        create_app(ledger, HFRenderer(folder), backend, model_name="scripted")
-    ).start()
-    try:
-        yield f"{server.url}/v1"
-    finally:
-        await server.stop()
+    async with scripted_gateway(ledger, lambda text: pair_script(text) or "Done.") as url:
+        yield url
 
 
 @pytest.mark.slow
 async def test_two_runner_processes_code_in_one_computer(
     ledger: Ledger, database_url: str, pair_gateway: str, tmp_path: Path
 ) -> None:
-    try:
-        check_host()
-    except SandboxError as error:
-        pytest.skip(str(error))
+    require_computers()
     run = await ledger.create_run("pair", "pair_coding.environment:environment", {})
     [episode] = await ledger.add_episodes(
         run.run_id, [EpisodeSpec(0, 0, {"function": FUNCTION}, seed=3, agents=2)]
     )
-    logs = [tmp_path / f"runner-{index}.log" for index in range(2)]
-    runners = [
-        _runner(database_url, pair_gateway, f"runner-{index}", run.run_id, log)
-        for index, log in enumerate(logs)
-    ]
-    try:
-        for process, log in zip(runners, logs, strict=True):
-            code = await asyncio.to_thread(process.wait, 300)
-            assert code == 0, log.read_text()[-3000:]
-    finally:
-        for process in runners:
-            if process.poll() is None:
-                process.kill()
+    await play_in_processes(database_url, pair_gateway, run.run_id, 2, tmp_path, 300)
     [instance] = await ledger.list_sandboxes(pool="pair-computer")
     try:
         record = await ledger.episode(episode)
@@ -80,11 +50,7 @@ async def test_two_runner_processes_code_in_one_computer(
         assert all(
             end.metrics["team_finished"] == 2 and end.metrics["commands"] == 1 for end in ends
         )
-        async with await psycopg.AsyncConnection.connect(database_url) as conn:
-            cursor = await conn.execute(
-                "SELECT DISTINCT runner FROM seat_claims WHERE episode_id = %s", (episode,)
-            )
-            claimers = {row[0] for row in await cursor.fetchall()}
+        claimers = await seat_claimers(database_url, episode)
         assert claimers == {"runner-0", "runner-1"}  # two processes, one computer
         events = [e.event for e in await ledger.sandbox_events(instance.instance_id)]
         assert events == ["started", "claimed", "released"]

@@ -8,6 +8,7 @@ from typing import Any
 
 from rollout.contracts import Turn
 from rollout.gateway import GatewayServer
+from rollout.harness import RunContext
 from rollout.inference.scripted import ScriptedBackend, last_user_message
 from rollout.ledger import EpisodeSpec, Ledger, SeatClaim
 from rollout.rendering import HFRenderer
@@ -62,6 +63,20 @@ class Served:
 
     async def new_seat(self, **kwargs: Any) -> SeatClaim:
         return await claim_new_seat(self.ledger, **kwargs)
+
+    def run_context(self, **extra: Any) -> RunContext:
+        """The claimed seat's `RunContext`, with this gateway's URL and the seat's key."""
+        claim = self.claim
+        fields: dict[str, Any] = {
+            "run_id": claim.run_id,
+            "episode_id": claim.episode_id,
+            "agent": claim.agent,
+            "seed": claim.seed,
+            "attempt": claim.attempt,
+            "gateway_url": self.server.base_url,
+            "api_key": claim.api_key,
+        }
+        return RunContext(**{**fields, **extra})
 
 
 Serve = Callable[..., Awaitable[Served]]

@@ -19,14 +19,14 @@ from claude_code.environment import environment as claude_environment
 from codex.environment import CONFIG
 from codex.environment import environment as codex_environment
 
-from rollout.harness import End, Environment, RunContext
+from rollout.harness import End, Environment
 from rollout.harness.play import play_seat
 from rollout.inference.scripted import arithmetic_reply
 from rollout.launch.playground import Playground
-from rollout.sandboxes import SandboxError, sandbox_pool
+from rollout.sandboxes import sandbox_pool
 from rollout.sandboxes.computer import Computer
-from rollout.sandboxes.computer.bubblewrap import check_host
 from tests.gateway.gateway_helpers import Serve
+from tests.sandboxes.computer.machines import require_computers
 
 
 def _installed(name: str, env_var: str) -> bool:
@@ -103,26 +103,13 @@ async def test_both_clis_complete_a_turn_against_the_playground(
 
 
 async def play_cli_episode(serve: Serve, environment: Environment, tmp_path: Path) -> None:
-    try:
-        check_host()
-    except SandboxError as error:
-        pytest.skip(str(error))
+    require_computers()
     served = await serve(agent_script)
-    claim = served.claim
     pool = sandbox_pool(environment)
     assert pool is not None
     computer = await pool.start(tmp_path / "computer")
     try:
-        run = RunContext(
-            run_id=claim.run_id,
-            episode_id=claim.episode_id,
-            agent=claim.agent,
-            seed=claim.seed,
-            attempt=claim.attempt,
-            gateway_url=served.server.base_url,
-            api_key=claim.api_key,
-            sandbox=computer,
-        )
+        run = served.run_context(sandbox=computer)
         parameters = environment.draw_parameters(0, seed=3)
         task = environment.task(parameters)
 

@@ -12,7 +12,7 @@ import re
 
 from openai_agent.environment import CalculatorAgent, calculate, environment, final_number
 
-from rollout.harness import End, RunContext
+from rollout.harness import End
 from rollout.harness.play import play_seat
 from rollout.inference.scripted import last_user_message
 from tests.gateway.gateway_helpers import Serve
@@ -31,16 +31,7 @@ def calculator_script(prompt_text: str) -> str:
 
 async def test_agent_program_plays_an_episode_through_the_gateway(serve: Serve) -> None:
     served = await serve(calculator_script)
-    claim = served.claim
-    run = RunContext(
-        run_id=claim.run_id,
-        episode_id=claim.episode_id,
-        agent=claim.agent,
-        seed=claim.seed,
-        attempt=claim.attempt,
-        gateway_url=served.server.base_url,
-        api_key=claim.api_key,
-    )
+    run = served.run_context()
     parameters = environment.draw_parameters(0, seed=1)
     task = environment.task(parameters)
     assert isinstance(task, CalculatorAgent)
@@ -61,16 +52,7 @@ async def test_agent_program_plays_an_episode_through_the_gateway(serve: Serve) 
 
 async def test_agent_without_tool_use_still_graded(serve: Serve) -> None:
     served = await serve()  # the default tool script asks for `add`, which the agent lacks
-    claim = served.claim
-    run = RunContext(
-        run_id=claim.run_id,
-        episode_id=claim.episode_id,
-        agent=claim.agent,
-        seed=0,
-        attempt=claim.attempt,
-        gateway_url=served.server.base_url,
-        api_key=claim.api_key,
-    )
+    run = served.run_context(seed=0)
     end = await CalculatorAgent({"question": "What is 2 + 3?", "answer": "5"}).start(run)
     assert isinstance(end, End)
     assert end.value == 1.0  # unknown tool reported, then "The sum is 5."

@@ -62,6 +62,24 @@ def _start_runner(database_url: str, run_id: str, log: Path) -> subprocess.Popen
         )
 
 
+async def play_as_survivor(ledger: Ledger, run_id: str, limit: float = 240.0) -> None:
+    """A runner (`survivor`) in this process plays one seat of the run, then shuts down
+    cleanly (stopping the idle instances on its host)."""
+    survivor = Runner(
+        ledger,
+        "http://127.0.0.1:9/v1",
+        runner_id="survivor",
+        run_id=run_id,
+        concurrency=1,
+        lease_seconds=LEASE,
+        idle_wait=0.2,
+    )
+    try:
+        await asyncio.wait_for(survivor.run(asyncio.Event(), max_seats=1), timeout=limit)
+    finally:
+        await survivor.close()
+
+
 @pytest.mark.slow
 async def test_killed_runner_claim_expires_and_instance_is_reset(
     ledger: Ledger, database_url: str, tmp_path: Path
@@ -93,19 +111,7 @@ async def test_killed_runner_claim_expires_and_instance_is_reset(
 
     # The instance outlives its runner; its claim is still live until it expires.
     assert process_alive(old_pid)
-    survivor = Runner(
-        ledger,
-        "http://127.0.0.1:9/v1",
-        runner_id="survivor",
-        run_id=run.run_id,
-        concurrency=1,
-        lease_seconds=LEASE,
-        idle_wait=0.2,
-    )
-    try:
-        await asyncio.wait_for(survivor.run(asyncio.Event(), max_seats=1), timeout=240)
-    finally:
-        await survivor.close()
+    await play_as_survivor(ledger, run.run_id)
     waited = time.monotonic() - killed_at
 
     record = await ledger.episode(episode)

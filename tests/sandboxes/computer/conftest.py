@@ -10,9 +10,8 @@ from typing import Any
 
 import pytest
 
-from rollout.sandboxes import SandboxError
 from rollout.sandboxes.computer import ComputerPool, Limits, Template
-from rollout.sandboxes.computer.bubblewrap import check_host
+from tests.sandboxes.computer.machines import require_computers
 
 TEMPLATE = Template(
     files={"task.md": "Write add() in calc.py.\n"},
@@ -24,10 +23,7 @@ TEMPLATE = Template(
 @pytest.fixture(scope="package")
 def computers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[dict[str, Any]]]:
     """Two computers of `TEMPLATE` (see the module docstring)."""
-    try:
-        check_host()
-    except SandboxError as error:
-        pytest.skip(str(error))
+    require_computers()
     pool = ComputerPool(TEMPLATE)
     folders = [tmp_path_factory.mktemp(f"computer-{index}") for index in range(2)]
 

@@ -4,12 +4,25 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from rollout.contracts import Message
 from rollout.harness import End, Observation, RunContext, Task
-from rollout.sandboxes import SandboxedEnvironment
+from rollout.sandboxes import SandboxedEnvironment, SandboxError
 from rollout.sandboxes.computer import Computer, ComputerPool, Limits, Template
+from rollout.sandboxes.computer.bubblewrap import check_host
 
 MARKER = "used-by"
+
+
+def require_computers() -> None:
+    """Skip the test, saying why, on a host that cannot run computers (not root, no bwrap)."""
+    try:
+        check_host()
+    except SandboxError as error:
+        pytest.skip(str(error))
+
+
 TEMPLATE = Template(files={"task.md": "Hold the computer.\n"}, git=True, limits=Limits(disk_mb=8))
 
 

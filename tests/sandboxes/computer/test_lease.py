@@ -9,7 +9,6 @@ and its task must find the computer as the template made it.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import time
@@ -18,23 +17,17 @@ from pathlib import Path
 import pytest
 
 from rollout.ledger import EpisodeSpec, Ledger
-from rollout.runners.runner import Runner
-from rollout.sandboxes import SandboxError
 from rollout.sandboxes.computer import Computer
-from rollout.sandboxes.computer.bubblewrap import check_host
 from rollout.sandboxes.process import process_alive
-from tests.sandboxes.computer.machines import MARKER
-from tests.sandboxes.test_sandbox_lease import LEASE, _start_runner, _wait_for
+from tests.sandboxes.computer.machines import MARKER, require_computers
+from tests.sandboxes.test_sandbox_lease import LEASE, _start_runner, _wait_for, play_as_survivor
 
 
 @pytest.mark.slow
 async def test_killed_runner_computer_is_reset_before_the_next_claim(
     ledger: Ledger, database_url: str, tmp_path: Path
 ) -> None:
-    try:
-        check_host()
-    except SandboxError as error:
-        pytest.skip(str(error))
+    require_computers()
     run = await ledger.create_run("lease", "tests.sandboxes.computer.machines:holding", {})
     [episode] = await ledger.add_episodes(run.run_id, [EpisodeSpec(0, 0, {"hold": True}, seed=1)])
     child = _start_runner(database_url, run.run_id, tmp_path / "runner.log")
@@ -62,19 +55,7 @@ async def test_killed_runner_computer_is_reset_before_the_next_claim(
     # The computer outlives its runner, changed, until the claim expires.
     server = first.details["pid"]
     assert process_alive(server)
-    survivor = Runner(
-        ledger,
-        "http://127.0.0.1:9/v1",
-        runner_id="survivor",
-        run_id=run.run_id,
-        concurrency=1,
-        lease_seconds=LEASE,
-        idle_wait=0.2,
-    )
-    try:
-        await asyncio.wait_for(survivor.run(asyncio.Event(), max_seats=1), timeout=120)
-    finally:
-        await survivor.close()
+    await play_as_survivor(ledger, run.run_id, 120)
     assert time.monotonic() - killed_at >= LEASE * 0.5  # it waited for the dead claim
 
     [end] = (await ledger.episode(episode)).ends
