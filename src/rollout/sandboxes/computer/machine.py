@@ -3,7 +3,7 @@
 The server process runs in a mount namespace of its own (`unshare --mount`): the computer's
 disk is a size-limited tmpfs mounted there, invisible to the host and gone with the server.
 `setup` fills it from the template (a cloned repository, files, a git commit, setup commands);
-`run` runs one command inside (`rollout.sandboxes.computer.bubblewrap`) within the computer's
+`execute` runs one command inside (`rollout.sandboxes.computer.bubblewrap`) within the computer's
 cgroups and a wall-clock limit, and reports what it hit (`limits`); `read` and `write` move
 files through a sandboxed command too, so a link the policy planted never leads outside;
 `usage` says what the computer uses now.
@@ -59,6 +59,15 @@ class Route:
 
     host: str
     port: int
+
+
+def with_output(result: Mapping[str, Any], stdout: bytes, stderr: bytes) -> dict[str, Any]:
+    """A command's result with its output as text (what the API answers)."""
+    return {
+        **result,
+        "stdout": stdout.decode(errors="replace"),
+        "stderr": stderr.decode(errors="replace"),
+    }
 
 
 def _private_mounts() -> bool:
@@ -148,7 +157,7 @@ class Machine:
             await self._host([*git, "add", "--all"])
             await self._host([*git, "commit", "--quiet", "--allow-empty", "-m", "template"])
         for command in self.template.setup:
-            result = await self.run(["/bin/sh", "-c", command])
+            result = with_output(*await self.execute(["/bin/sh", "-c", command]))
             if result["exit_code"] != 0 or result["limits"]:
                 raise SandboxError(
                     f"computer: setup command {command!r} failed (exit {result['exit_code']}"
@@ -171,26 +180,6 @@ class Machine:
                 f"computer: {' '.join(argv[:3])} ... failed: {out.decode(errors='replace')[-500:]}"
             )
 
-    async def run(
-        self,
-        argv: Sequence[str],
-        *,
-        cwd: str = WORKSPACE,
-        env: Mapping[str, str] | None = None,
-        stdin: bytes | None = None,
-        timeout: float | None = None,  # noqa: ASYNC109 - the command's own limit, enforced here
-        routes: Sequence[Route] = (),
-    ) -> dict[str, Any]:
-        """Run one command inside the computer; what it printed and what it hit."""
-        result, stdout, stderr = await self.execute(
-            argv, cwd=cwd, env=env, stdin=stdin, timeout=timeout, routes=routes
-        )
-        return {
-            **result,
-            "stdout": stdout.decode(errors="replace"),
-            "stderr": stderr.decode(errors="replace"),
-        }
-
     async def execute(
         self,
         argv: Sequence[str],
@@ -202,7 +191,7 @@ class Machine:
         routes: Sequence[Route] = (),
         keep_bytes: int | None = None,
     ) -> tuple[dict[str, Any], bytes, bytes]:
-        """`run`, with the output as bytes: (result, stdout, stderr)."""
+        """Run one command inside the computer: (what it hit, its stdout, its stderr)."""
         if self.cgroups is None:
             raise SandboxError("computer: not set up")
         limits = self.template.limits

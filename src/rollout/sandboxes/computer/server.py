@@ -54,6 +54,7 @@ from rollout.sandboxes.computer.machine import (
     TEMPLATE_FILE,
     Machine,
     Route,
+    with_output,
 )
 from rollout.sandboxes.computer.template import WORKSPACE, Template
 from rollout.sandboxes.errors import SandboxError
@@ -201,13 +202,15 @@ class ComputerApi:
             argv = (
                 ["/bin/sh", "-c", body.command] if isinstance(body.command, str) else body.command
             )
-            return await self.machine.run(
-                argv,
-                cwd=body.cwd,
-                env=body.env,
-                stdin=None if body.stdin is None else body.stdin.encode(),
-                timeout=body.timeout,
-                routes=body.routes(),
+            return with_output(
+                *await self.machine.execute(
+                    argv,
+                    cwd=body.cwd,
+                    env=body.env,
+                    stdin=None if body.stdin is None else body.stdin.encode(),
+                    timeout=body.timeout,
+                    routes=body.routes(),
+                )
             )
 
         return await self._answer(go)
