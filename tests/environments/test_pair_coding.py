@@ -18,6 +18,8 @@ import pytest
 from pair_coding.environment import SOLUTION, TESTS, pair_script, team_reward
 
 from rollout.ledger import EpisodeSpec, Ledger
+from rollout.monitor.store import MonitorStore
+from rollout.monitor.transcripts import conversation
 from rollout.sandboxes.computer import Computer, ComputerPool
 from tests.environments.runner_processes import play_in_processes, scripted_gateway, seat_claimers
 from tests.sandboxes.computer.machines import require_computers
@@ -54,6 +56,20 @@ async def test_two_runner_processes_code_in_one_computer(
         assert claimers == {"runner-0", "runner-1"}  # two processes, one computer
         events = [e.event for e in await ledger.sandbox_events(instance.instance_id)]
         assert events == ["started", "claimed", "released"]
+
+        # The monitor's transcript: each tool call with its result, in the turn that ran it.
+        store = await MonitorStore.open(database_url)
+        try:
+            turns = (await conversation(store, episode, 0))["items"]
+        finally:
+            await store.close()
+        ran = [
+            (t["reply"]["tool_calls"][0]["name"], [r["text"] for r in t["results"]])
+            for t in turns
+            if t["reply"] and t["reply"]["tool_calls"]
+        ]
+        assert ran == [("write_file", [f"wrote {SOLUTION}"]), ("shell", ["exit code 0"])], ran
+        assert all(m["role"] != "tool" for t in turns for m in t["messages"])
 
         # The computer itself: each agent's file, and the reward follows its state.
         async with Computer.of(instance.details) as computer:

@@ -6,8 +6,9 @@
 - `episode`: one episode's header: run, parameters, seats and how each ended.
 - `conversation`: a page of one agent's turns as a conversation: each turn shows only the
   messages that are new since the previous turn's request and reply (or the whole context,
-  marked, when the client started over), the reply with its tool calls, the sampling version
-  and whether the turn's tokens extend the previous turn's.
+  marked, when the client started over), the reply with its tool calls and their results (the
+  tool messages that answer them, from the next request: a command and its output in the turn
+  that ran it), the sampling version and whether the turn's tokens extend the previous turn's.
 - `turn_tokens`: one turn's tokens: prompt and completion ids, the completion's logprobs and,
   where the run's tokenizer is readable, each token's text (`rollout.monitor.tokens`).
 
@@ -219,9 +220,26 @@ async def conversation(
                 }
             )
         previous = [*messages, reply] if reply is not None else messages
+    _attach_results(items)
     more = len(items) > limit
     items = items[:limit]
     return {"items": items, "next": items[-1]["index"] + 1 if more else None}
+
+
+def _attach_results(items: list[dict[str, Any]]) -> None:
+    """Show each tool's result with the turn whose reply called it: the tool messages that
+    answer a reply's calls move from the next turn's new messages to this turn's `results`
+    (a command and its output, side by side)."""
+    for item, following in zip(items, [*items[1:], None], strict=True):
+        item["results"] = []
+        calls = {c["id"] for c in (item["reply"] or {}).get("tool_calls", []) if c.get("id")}
+        if not calls or following is None:
+            continue
+        answers = [
+            m for m in following["messages"] if m["role"] == "tool" and m["tool_call_id"] in calls
+        ]
+        item["results"] = answers
+        following["messages"] = [m for m in following["messages"] if m not in answers]
 
 
 async def turn_tokens(
