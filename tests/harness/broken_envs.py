@@ -64,3 +64,21 @@ parameters_not_a_mapping = Environment(
     parameters=lambda rng: rng.randint(1, 1),  # type: ignore[arg-type]  # the mistake under test
 )
 not_an_environment = 42
+
+
+class RewardInStart(Task):
+    async def start(self, run: RunContext) -> Observation:
+        return Observation("What is 1 + 1?", reward=1.0)
+
+
+class TurnRewardNotFinite(Task):
+    async def start(self, run: RunContext) -> Observation:
+        return Observation("What is 1 + 1?")
+
+    async def respond(self, run: RunContext, reply: Message) -> Observation:
+        return Observation("Again?", reward=float("inf"))
+
+
+reward_in_start = Environment(name="reward-in-start", task=RewardInStart)
+turn_reward_not_finite = Environment(name="turn-reward-not-finite", task=TurnRewardNotFinite)
+
