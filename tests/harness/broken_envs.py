@@ -82,3 +82,23 @@ class TurnRewardNotFinite(Task):
 reward_in_start = Environment(name="reward-in-start", task=RewardInStart)
 turn_reward_not_finite = Environment(name="turn-reward-not-finite", task=TurnRewardNotFinite)
 
+
+class TwoAgentsAdd(Task):
+    """Two agents each asked 1 + 1; reward 1 for the answer 2."""
+
+    async def start(self, run: RunContext) -> Observation:
+        return Observation("What is 1 + 1? Answer with the number only.")
+
+    async def respond(self, run: RunContext, reply: Message) -> Observation:
+        return End(reward=float(reply.text.strip() == "2"), metrics={"answered": 1.0})
+
+
+demonstration_earns_nothing = Environment(
+    name="demonstration-earns-nothing",
+    task=TwoAgentsAdd,
+    agents=2,
+    demonstration=lambda prompt: "3",  # the broken demonstration under test
+)
+demonstration_earns = Environment(
+    name="demonstration-earns", task=TwoAgentsAdd, agents=2, demonstration=lambda prompt: "2"
+)

@@ -156,6 +156,13 @@ class Environment:
     """
     scripted_reply: Callable[[str], str | None] | None = None
     """What the scripted model answers here (prompt text -> reply, None: its default answer)."""
+    demonstration: Callable[[str], str | None] | None = None
+    """A scripted player that plays the task well (prompt text -> reply, as `scripted_reply`).
+
+    `rollout env check` with the scripted model plays it for every agent and fails (exit 2, one
+    line per agent) when an agent's reward is not above 0: an environment whose reward reads its
+    world (minecraft_team's counts the blocks placed) thereby shows that the world changed.
+    Without one, the check can show only that the contract holds, and says so."""
     needs_gateway: bool = False
     """The Task calls the model itself (`RunContext.gateway_url`): env check serves a gateway."""
     turn_timeout_s: float | None = 600.0
@@ -209,7 +216,7 @@ class Environment:
             )
         if not isinstance(self.sampling, Mapping):
             raise InvalidEnvironment(name, "sampling", self.sampling, "must be a mapping")
-        for field_name in ("warmup", "scripted_reply"):
+        for field_name in ("warmup", "scripted_reply", "demonstration"):
             value = getattr(self, field_name)
             if value is not None and not callable(value):
                 raise InvalidEnvironment(name, field_name, value, "must be a function or None")
