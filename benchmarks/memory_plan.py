@@ -47,7 +47,7 @@ def one_plan(model_dir: str, plan: dict[str, object], segments: int, length: int
 
     torch.set_num_threads(1)
     provider = TorchProvider(model_dir, lr=1e-4, grad_clip=None, compute_entropy=False, **plan)  # type: ignore[arg-type]
-    vocab = int(provider.model.config.vocab_size)
+    vocab = int(json.loads((Path(model_dir) / "config.json").read_text())["vocab_size"])
     rng = random.Random(0)
     batch = TrainBatch(
         tuple(
