@@ -12,7 +12,9 @@ chat, which the others hear in their next `look`.
 
     uv run rollout env check minecraft_team.environment:environment
 
-`builder_script` is a scripted player that builds its spot (for tests and demonstrations).
+`builder_script` is a scripted player that builds its spot: the environment's demonstration,
+which `rollout env check` plays with the scripted model (each bot must place its block: its
+reward, read from the world, is then above 0).
 """
 
 from __future__ import annotations
@@ -198,4 +200,6 @@ environment = SandboxedEnvironment(
     max_turns=12,
     pool=MinecraftPool(),
     sampling={"max_tokens": 200},
+    demonstration=builder_script,
+    roles=["builder"] * 4,
 )

@@ -107,6 +107,29 @@ def test_env_check_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
     assert "RespondRaises.respond raised ValueError" in report["problems"][0]
 
 
+def test_env_check_plays_a_demonstration_and_says_when_there_is_none(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, _ = rollout(capsys, "env", "check", "arithmetic.environment:environment")
+    assert code == 0
+    assert "no demonstration played: arithmetic ships none" in out
+    code, out, _ = rollout(capsys, "env", "check", "tests.harness.broken_envs:demonstration_earns")
+    assert code == 0 and "played the environment's demonstration" in out
+    assert "agent 1: ended after 1 turn(s), reward 1 (answered 1)" in out
+    assert "no demonstration played" not in out
+    code, out, _ = rollout(
+        capsys, "env", "check", "tests.harness.broken_envs:demonstration_earns_nothing"
+    )
+    assert code == 2
+    lines = [line for line in out.splitlines() if line.startswith("demonstration:")]
+    assert lines == [
+        f"demonstration: agent {agent}: the demonstration earned nothing: ended after 1 "
+        "turn(s), reward 0 (answered 1); the environment did not act on it (or its reward does "
+        "not see what it did)"
+        for agent in (0, 1)
+    ]
+
+
 def test_bad_preset_values_name_the_field(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

@@ -64,3 +64,41 @@ parameters_not_a_mapping = Environment(
     parameters=lambda rng: rng.randint(1, 1),  # type: ignore[arg-type]  # the mistake under test
 )
 not_an_environment = 42
+
+
+class RewardInStart(Task):
+    async def start(self, run: RunContext) -> Observation:
+        return Observation("What is 1 + 1?", reward=1.0)
+
+
+class TurnRewardNotFinite(Task):
+    async def start(self, run: RunContext) -> Observation:
+        return Observation("What is 1 + 1?")
+
+    async def respond(self, run: RunContext, reply: Message) -> Observation:
+        return Observation("Again?", reward=float("inf"))
+
+
+reward_in_start = Environment(name="reward-in-start", task=RewardInStart)
+turn_reward_not_finite = Environment(name="turn-reward-not-finite", task=TurnRewardNotFinite)
+
+
+class TwoAgentsAdd(Task):
+    """Two agents each asked 1 + 1; reward 1 for the answer 2."""
+
+    async def start(self, run: RunContext) -> Observation:
+        return Observation("What is 1 + 1? Answer with the number only.")
+
+    async def respond(self, run: RunContext, reply: Message) -> Observation:
+        return End(reward=float(reply.text.strip() == "2"), metrics={"answered": 1.0})
+
+
+demonstration_earns_nothing = Environment(
+    name="demonstration-earns-nothing",
+    task=TwoAgentsAdd,
+    agents=2,
+    demonstration=lambda prompt: "3",  # the broken demonstration under test
+)
+demonstration_earns = Environment(
+    name="demonstration-earns", task=TwoAgentsAdd, agents=2, demonstration=lambda prompt: "2"
+)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from rollout.contracts import Message
+from rollout.harness import End, Environment, Observation, RunContext, Task
 from rollout.harness.check import check_environment
 from rollout.harness.errors import EnvironmentLoadError
 from rollout.harness.loading import load_environment
@@ -46,6 +48,12 @@ async def test_arithmetic_passes(scripted: DirectModel) -> None:
             "drawing parameters: Environment 'parameters-not-a-mapping': parameters(rng) must be "
             "a mapping of parameters, got 1",
         ),
+        ("reward_in_start", "RewardInStart.start returned an Observation with reward=1.0"),
+        (
+            "turn_reward_not_finite",
+            "TurnRewardNotFinite.respond returned an Observation with reward=inf: reward is not "
+            "finite",
+        ),
     ],
 )
 async def test_broken_environments_are_reported_by_name(
@@ -87,3 +95,33 @@ async def test_episode_that_never_ends_is_truncated(scripted: DirectModel) -> No
 def test_load_errors_name_the_problem(spec: str, expected: str) -> None:
     with pytest.raises(EnvironmentLoadError, match=expected):
         load_environment(spec)
+
+
+class Steps(Task):
+    """Three replies: rewards 0.5 on the first, none on the second, 0.25 on the third (the
+    End's), and an End that adds 1."""
+
+    def __init__(self, parameters: dict[str, object]) -> None:
+        super().__init__(parameters)
+        self.replies = 0
+
+    async def start(self, run: RunContext) -> Observation:
+        return Observation("What is 1 + 1?")
+
+    async def respond(self, run: RunContext, reply: Message) -> Observation:
+        self.replies += 1
+        if self.replies == 1:
+            return Observation("Again?", reward=0.5)
+        if self.replies == 2:
+            return Observation("Once more?")
+        return End(reward=1.0)
+
+
+async def test_observation_rewards_are_kept_by_turn(scripted: DirectModel) -> None:
+    report = await check_environment(Environment(name="steps", task=Steps), scripted.complete)
+    assert report.ok, report.all_problems()
+    result = report.seats[0].result
+    assert result is not None and result.turns == 3
+    assert result.turn_rewards == {0: 0.5}
+    assert result.rewards_by_turn() == [0.5, None, 1.0]
+    assert result.reward == 1.5  # the seat's reward: its turns' and its End's

@@ -49,6 +49,9 @@ class Echo(Task):
         ({"turn_timeout_s": "60"}, "turn_timeout_s", "got '60'"),
         ({"episode_timeout_s": -1.0}, "episode_timeout_s", "got -1.0"),
         ({"episode_timeout_s": float("inf")}, "episode_timeout_s", "got inf"),
+        ({"roles": ["a", "b"]}, "roles", "1 non-empty role names, one per agent, got ['a', 'b']"),
+        ({"agents": 2, "roles": "ab"}, "roles", "got 'ab'"),
+        ({"agents": 2, "roles": ["a", ""]}, "roles", "got ['a', '']"),
     ],
 )
 def test_each_bad_field_is_named_with_its_value(

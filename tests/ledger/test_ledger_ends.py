@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
 
-from rollout.ledger import EpisodeSpec, Ledger, NotFound, RunRecord, StaleFence
+import psycopg
+import pytest
+
+from rollout.ledger import EpisodeSpec, InvalidInput, Ledger, NotFound, RunRecord, StaleFence
 
 
 async def test_concurrent_ends_each_get_their_own_answer(ledger: Ledger, run: RunRecord) -> None:
@@ -40,3 +44,30 @@ async def test_concurrent_ends_each_get_their_own_answer(ledger: Ledger, run: Ru
     assert ends[c.episode_id].score == {"ok": True} and ends[c.episode_id].metrics == {"turns": 1.0}
     assert (await ledger.episode(stale.episode_id)).ends == ()
     assert await ledger.end_seat(newer, reward=1.0) is True
+
+
+async def test_turn_rewards_are_recorded_with_the_end_by_turn(
+    ledger: Ledger, run: RunRecord, database_url: str
+) -> None:
+    await ledger.add_episodes(run.run_id, [EpisodeSpec(0, m, {}, m) for m in range(2)])
+    rewarded, plain = await ledger.claim_seat("r"), await ledger.claim_seat("r")
+    assert rewarded is not None and plain is not None
+    with pytest.raises(InvalidInput, match=r"turn_rewards\[1\] must be finite, got inf"):
+        await ledger.end_seat(rewarded, reward=1.0, turn_rewards=[0.5, math.inf])
+    # Ends written together, one with turn rewards (none on turn 1), one without.
+    assert await asyncio.gather(
+        ledger.end_seat(rewarded, reward=1.75, turn_rewards=[0.5, None, 1.25]),
+        ledger.end_seat(plain, reward=1.0),
+    ) == [True, True]
+    (end,) = (await ledger.episode(rewarded.episode_id)).ends
+    assert (end.reward, list(end.turn_rewards or ())) == (1.75, [0.5, None, 1.25])
+    assert (await ledger.episode(plain.episode_id)).ends[0].turn_rewards is None
+    async with await psycopg.AsyncConnection.connect(database_url) as conn:
+        cursor = await conn.execute(
+            "SELECT episode_id, agent, attempt, turn_index, reward FROM turn_rewards"
+            " WHERE run_id = %s ORDER BY turn_index",
+            (run.run_id,),
+        )
+        rows = await cursor.fetchall()
+    seat = (rewarded.episode_id, rewarded.agent, rewarded.attempt)
+    assert rows == [(*seat, 0, 0.5), (*seat, 2, 1.25)]

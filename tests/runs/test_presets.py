@@ -37,6 +37,7 @@ def test_the_promised_presets_exist() -> None:
     one_gpu = load_preset("minecraft-one-gpu")
     assert one_gpu.backend == "vllm" and one_gpu.lora_rank == 32
     assert one_gpu.vllm.sleep_while_training and one_gpu.gpus_needed == 1
+    assert one_gpu.gradient_checkpointing and one_gpu.micro_batch_tokens == 2048  # its budget
     assert load_preset("multi-gpu-8b").gpus_needed == 2
     assert load_preset("tinker-qwen3-8b").provider == "tinker"
     assert load_preset("cpu-vllm").gpus_needed == 0

@@ -82,6 +82,23 @@ def test_tis_scales_advantages_by_weight_over_ratio() -> None:
     assert advantages == pytest.approx([0.25, 0.5], rel=1e-5)
 
 
+def test_the_clipped_objective_is_tinkers_ppo_loss_with_the_same_band() -> None:
+    service = FakeService()
+    trainer = provider(service)
+    uniform = float(np.log(1 / 32))
+    # Ratios 4 (past 1.28: clipped, A > 0) and 1.
+    seg = segment([1, 2, 3], 2, [uniform - np.log(4), uniform], advantage=1.0)
+    loss = LossConfig(importance=ImportanceConfig(mode="clip", clip_low=0.2, clip_high=0.28))
+    result = trainer.forward_backward(TrainBatch((seg,), loss=loss))
+    client = service.clients[0]
+    assert [kind for kind, _ in client.received] == ["ppo"]  # one call: no forward pass
+    assert client.configs == [{"clip_low_threshold": 0.8, "clip_high_threshold": 1.28}]
+    advantages = client.received[0][1].loss_fn_inputs["advantages"].tolist()
+    assert advantages == pytest.approx([0.5, 0.5])  # A over 2 loss tokens
+    # -(min(4, 1.28) * 0.5 + 1 * 0.5)
+    assert result.metrics["loss"] == pytest.approx(-(1.28 * 0.5 + 0.5), rel=1e-5)
+
+
 def test_supervised_batches_use_cross_entropy_weights() -> None:
     service = FakeService()
     trainer = provider(service)

@@ -70,7 +70,7 @@ def test_no_trained_tokens_reports_only_the_count() -> None:
 
 def test_bad_inputs_are_rejected() -> None:
     with pytest.raises(ValidationError, match="mode"):
-        ImportanceConfig(mode="clip")  # type: ignore[arg-type]
+        ImportanceConfig(mode="trust")  # type: ignore[arg-type]
     with pytest.raises(ValidationError, match="low"):
         ImportanceConfig(low=1.5)
     with pytest.raises(ValidationError, match="high"):
@@ -107,6 +107,30 @@ def test_icepop_masked_tokens_still_count_in_the_denominator() -> None:
     out, grad = pg(ImportanceConfig(mode="icepop"), torch.tensor([2.0]))
     assert out.loss.item() == pytest.approx(2 / 3)
     assert grad == pytest.approx([0.0, -2 / 3, 0.0, 0.0])
+
+
+def test_clipped_objective_stops_tokens_past_the_band_in_their_advantage_direction() -> None:
+    # Ratios e (past 1 + 0.2), 1 and R2 = 0.47 (past 1 - 0.2), the 4th untrained.
+    clip = ImportanceConfig(mode="clip", clip_low=0.2, clip_high=0.2)
+    out, grad = pg(clip, torch.tensor([2.0]))  # A > 0: the first token is clipped
+    # loss = -(1.2 * 2 + 1 * 2 + R2 * 2) / 3; gradient -r * A / 3 where unclipped, else 0.
+    assert out.loss.item() == pytest.approx(-(2.4 + 2 + 2 * R2) / 3)
+    assert grad == pytest.approx([0.0, -2 / 3, -2 * R2 / 3, 0.0])
+    assert out.metrics["is/clipped_frac"] == pytest.approx(1 / 3)
+    out, grad = pg(clip, torch.tensor([-2.0]))  # A < 0: the third token is clipped
+    assert out.loss.item() == pytest.approx((2 * E + 2 + 2 * 0.8) / 3)
+    assert grad == pytest.approx([2 * E / 3, 2 / 3, 0.0, 0.0])
+    assert out.metrics["is/clipped_frac"] == pytest.approx(1 / 3)
+    # On-policy (ratio 1 everywhere) it is the plain policy gradient.
+    on_policy = torch.tensor(LT, requires_grad=True)
+    same = policy_gradient_loss(
+        on_policy, torch.tensor(LT), torch.tensor([1.5]), torch.tensor(MASK), clip
+    )
+    same.loss.backward()
+    assert on_policy.grad is not None
+    assert on_policy.grad.tolist()[0] == pytest.approx([-0.5, -0.5, -0.5, 0.0])
+    with pytest.raises(ValidationError, match="clip_low"):
+        ImportanceConfig(mode="clip", clip_low=1.0)
 
 
 def test_num_tokens_sets_the_denominator_and_per_token_advantages_work() -> None:

@@ -152,3 +152,21 @@ def test_bad_turns_are_rejected_with_the_field_named() -> None:
         Segment(tokens=(1, 2), loss_mask=(False, True), sampler_logprobs=(0.0, 0.0), versions=(0,))
     with pytest.raises(TrainingError, match=r"loss_mask\[0\]"):
         Segment(tokens=(1,), loss_mask=(True,), sampler_logprobs=(0.0,), versions=(0,))
+
+
+def test_turn_advantages_go_to_each_turn_s_tokens() -> None:
+    first, second = build_segments(tool_use_episode(), turn_advantages=[0.5, -0.25, 2.0])
+    assert first.advantage == 0.5  # its first turn's
+    assert first.advantages == (
+        (0.0,) * len(SYSTEM_USER)
+        + (0.5,) * len(TOOL_CALL)
+        + (0.0,) * len(TOOL_RESULT)
+        + (-0.25,) * len(ANSWER)
+    )
+    assert second.advantage == 2.0
+    assert second.advantages is None  # one turn: one advantage for every token
+    assert second.token_advantages() == (0.0,) * len(REWRITTEN) + (2.0, 2.0)
+    # Equal turn advantages need no per-token copy.
+    [one, _] = build_segments(tool_use_episode(), turn_advantages=[1.0, 1.0, 1.0])
+    assert one.advantages is None and one.advantage == 1.0
+    assert first.with_advantage(3.0).advantages is None

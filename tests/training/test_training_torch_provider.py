@@ -227,6 +227,51 @@ def test_micro_batches_accumulate_to_the_same_step(
     assert whole.optim_step()["grad_norm"] == pytest.approx(split.optim_step()["grad_norm"], 1e-5)
 
 
+def test_the_run_configuration_sets_the_memory_plan_and_gradients_do_not_change(
+    tiny_model_dir: Path, ids: dict[str, int]
+) -> None:
+    from rollout.runs.config import RunConfig
+    from rollout.training.loop import make_provider
+
+    config = RunConfig.model_validate(
+        {"learning_rate": 1e-2, "micro_batch_tokens": 16, "gradient_checkpointing": True}
+    )
+    planned = make_provider(config, tiny_model_dir)
+    assert planned.micro_batch_tokens == 16
+    assert getattr(planned.model, "is_gradient_checkpointing", False)
+    whole, segments = trained_pair(tiny_model_dir, ids)
+    assert len(planned._micro_batches(segments)) > 2
+
+    # Per-token advantages (alternating signs) and the clipped objective with sampler logprobs
+    # off the trainer's (a stale sampler: ratios e^+-0.3 past the band of 0.1 on some tokens):
+    # the micro-batches still add up to the whole step's gradient.
+    def stale(segment: Segment) -> Segment:
+        shifts = [(0.3 if i % 3 else -0.3) if m else 0.0 for i, m in enumerate(segment.loss_mask)]
+        return Segment(
+            **{
+                **segment.__dict__,
+                "sampler_logprobs": tuple(
+                    lp + d for lp, d in zip(segment.sampler_logprobs, shifts, strict=True)
+                ),
+                "advantages": tuple(
+                    (segment.advantage if i % 2 else -segment.advantage) if m else 0.0
+                    for i, m in enumerate(segment.loss_mask)
+                ),
+            }
+        )
+
+    mixed = [stale(s) for s in segments]
+    clip = LossConfig(importance=ImportanceConfig(mode="clip", clip_low=0.1, clip_high=0.1))
+    batch = TrainBatch(tuple(mixed), loss=clip)
+    mw, mp = whole.forward_backward(batch).metrics, planned.forward_backward(batch).metrics
+    assert mp["loss"] == pytest.approx(mw["loss"], rel=1e-5)
+    assert mp["is/clipped_frac"] == pytest.approx(mw["is/clipped_frac"])
+    assert 0 < mw["is/clipped_frac"] < 1
+    for pw, pp in zip(whole.params, planned.params, strict=True):
+        assert pw.grad is not None and pp.grad is not None
+        assert torch.allclose(pw.grad, pp.grad, rtol=1e-4, atol=1e-7)
+
+
 @pytest.mark.parametrize("lora_rank", [None, 4])
 def test_gradient_checkpointing_gives_the_same_gradients(
     tiny_model_dir: Path, ids: dict[str, int], lora_rank: int | None

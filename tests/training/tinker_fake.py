@@ -5,7 +5,7 @@ Tinker cannot be reached from tests, so `FakeService` implements the methods rol
 `tinker.types` (`Datum`, `ModelInput`, `AdamParams`, `ForwardBackwardOutput`, `SampleResponse`,
 `SampledSequence`, `SaveWeightsResponse`, ...). Its model is a context-free unigram policy
 (`logits`, one per token id) trained by Adam with the exact gradients of Tinker's
-`cross_entropy` and `importance_sampling` losses, so learning is real and checkable.
+`cross_entropy`, `importance_sampling` and `ppo` losses, so learning is real and checkable.
 
 It checks what it receives, as Tinker would: every `Datum` has `target_tokens` as long as its
 input, `importance_sampling` gets `logprobs` and `advantages` of that length, `cross_entropy`
@@ -99,6 +99,7 @@ class FakeTrainingClient:
     service: FakeService
     weights: _Weights
     received: list[tuple[str, types.Datum]] = field(default_factory=list)
+    configs: list[dict[str, Any]] = field(default_factory=list)
     grad: np.ndarray | None = None
 
     def _check(self, datum: types.Datum, loss_fn: str) -> dict[str, np.ndarray]:
@@ -108,6 +109,7 @@ class FakeTrainingClient:
         required = {
             "cross_entropy": {"target_tokens", "weights"},
             "importance_sampling": {"target_tokens", "logprobs", "advantages"},
+            "ppo": {"target_tokens", "logprobs", "advantages"},
         }[loss_fn]
         assert set(inputs) == required, (loss_fn, sorted(inputs))
         for key, value in inputs.items():
@@ -117,7 +119,13 @@ class FakeTrainingClient:
         assert datum.model_input.to_ints()[1:] == inputs["target_tokens"].tolist()[:-1]
         return inputs
 
-    def _run(self, data: list[types.Datum], loss_fn: str, backward: bool) -> Done:
+    def _run(
+        self,
+        data: list[types.Datum],
+        loss_fn: str,
+        backward: bool,
+        config: Any = None,
+    ) -> Done:
         logp = _logp(self.weights.logits)
         p = np.exp(logp)
         grad = np.zeros_like(self.weights.logits)
@@ -131,6 +139,17 @@ class FakeTrainingClient:
             if loss_fn == "cross_entropy":
                 coef = inputs["weights"]  # loss = -sum w * logp
                 loss += float(-(coef * token_logp).sum())
+            elif loss_fn == "ppo":  # loss = -sum min(ratio * A, clip(ratio) * A)
+                config = dict(config or {})
+                low = config.get("clip_low_threshold", 0.8)
+                high = config.get("clip_high_threshold", 1.2)
+                ratio = np.exp(token_logp - inputs["logprobs"])
+                advantages = inputs["advantages"]
+                unclipped = ratio * advantages
+                clipped = np.clip(ratio, low, high) * advantages
+                loss += float(-np.minimum(unclipped, clipped).sum())
+                coef = np.where(clipped < unclipped, 0.0, unclipped)
+                self.configs.append(config)
             else:
                 ratio = np.exp(token_logp - inputs["logprobs"])
                 coef = ratio * inputs["advantages"]  # loss = -sum ratio * A
@@ -154,7 +173,7 @@ class FakeTrainingClient:
     def forward_backward(
         self, data: list[types.Datum], loss_fn: str, loss_fn_config: Any = None
     ) -> Done:
-        return self._run(data, loss_fn, backward=True)
+        return self._run(data, loss_fn, backward=True, config=loss_fn_config)
 
     def optim_step(self, params: types.AdamParams | None = None, **_: Any) -> Done:
         assert isinstance(params, types.AdamParams)

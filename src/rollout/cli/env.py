@@ -4,7 +4,9 @@
 itself (`Environment.needs_gateway`, e.g. a coding-agent CLI): its seats are claimed in an
 'env-check' run of the ledger (the embedded Postgres unless ROLLOUT_DATABASE_URL is set) and
 served by an in-process gateway on loopback, so the agent's calls are recorded turns. With the
-scripted model, the environment's `scripted_reply` answers where it has a reply.
+scripted model, the environment's `demonstration` plays (each agent's reward must be above 0:
+exit 2 otherwise, one line per agent) or else its `scripted_reply` answers where it has a reply;
+an environment without a demonstration is reported as such, not as a bare "ok".
 """
 
 from __future__ import annotations
@@ -29,25 +31,36 @@ def env_check(
     seed: Annotated[int, typer.Option(help="The episode's seed.")] = 0,
     as_json: JsonFlag = False,
 ) -> None:
-    """Play one episode per agent against the model and report contract problems by name."""
+    """Play one episode per agent against the model and report contract problems by name.
+
+    With the scripted model, an environment's demonstration is played and must earn each agent
+    a reward (exit 2 and one line per agent otherwise); contract problems exit 1.
+    """
     from rollout.harness.loading import load_environment
 
     environment = load_environment(spec)  # first: a broken environment fails fast, before torch
 
+    from rich.markup import escape
+
     from rollout.harness.check import check_environment
     from rollout.inference.direct import DirectModel
     from rollout.inference.factory import load_model
-    from rollout.inference.scripted import environment_backend
+    from rollout.inference.scripted import ScriptedBackend, environment_backend
 
     async def go() -> Any:
         renderer, backend = load_model(model)
+        shown = environment.demonstration is not None and isinstance(backend, ScriptedBackend)
         backend = environment_backend(backend, environment)
         try:
             complete = DirectModel(renderer, backend).complete
             if not environment.needs_gateway:
-                return await check_environment(environment, complete, seed=seed)
+                return await check_environment(
+                    environment, complete, seed=seed, demonstration=shown
+                )
             async with _served_seats(spec, environment, renderer, backend, model, seed) as seats:
-                report = await check_environment(environment, complete, seed=seed, seats=seats)
+                report = await check_environment(
+                    environment, complete, seed=seed, seats=seats, demonstration=shown
+                )
                 seats.report = report
                 return report
         finally:
@@ -67,13 +80,11 @@ def env_check(
                 f"{report.recorded_turns} turn(s) recorded by the gateway: "
                 f"rollout episodes show {report.episode_id}"
             )
+        if report.demonstration:
+            console.print("played the environment's demonstration with the scripted model")
         for seat in report.seats:
             if seat.result is not None:
-                console.print(
-                    f"  agent {seat.agent}: ended after {seat.result.turns} turn(s), "
-                    f"reward {seat.result.reward:g}"
-                    + (" (truncated)" if seat.result.truncated else "")
-                )
+                console.print(f"  agent {seat.agent}: {seat.summary()}", markup=False)
         for problem in report.problems:
             console.print(f"[red]problem:[/] {problem}")
         for seat in report.seats:
@@ -81,9 +92,23 @@ def env_check(
                 console.print(f"[red]problem:[/] agent {seat.agent}: {seat.problem}")
                 if seat.traceback:
                     console.print(seat.traceback, markup=False, highlight=False)
+        for seat in report.seats:
+            if seat.demonstration_problem:
+                problem = escape(seat.demonstration_problem)
+                console.print(f"[red]demonstration:[/] agent {seat.agent}: {problem}")
+        if report.ok and not report.demonstration:
+            console.print(
+                "no demonstration played: "
+                + (
+                    f"{environment.name} ships none (Environment.demonstration)"
+                    if environment.demonstration is None
+                    else f"the model is {model!r}, not the scripted one"
+                )
+                + "; this shows the contract holds, not that the environment acts"
+            )
         console.print("[green]ok[/]" if report.ok else "[red]failed[/]")
     if not report.ok:
-        raise typer.Exit(1)
+        raise typer.Exit(1 if report.problems or any(s.problem for s in report.seats) else 2)
 
 
 class _Seats(dict[int, dict[str, Any]]):

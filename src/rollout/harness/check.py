@@ -5,6 +5,10 @@ environment's instance is started first, reset and stopped after, and a failing 
 reported by name. Problems are collected, not raised: a missing `start`, wrong return types,
 exceptions (with the task's own traceback), rewards that are not finite, parameters that cannot
 be drawn.
+
+With `demonstration=True` the model plays the environment's `demonstration` (the caller's
+scripted model answers with it): every seat must then end with a reward above 0, else the seat
+reports that the demonstration earned nothing (`CheckReport.demonstration_failed`).
 """
 
 from __future__ import annotations
@@ -29,6 +33,19 @@ class SeatReport:
     result: SeatResult | None = None
     problem: str | None = None
     traceback: str | None = None
+    demonstration_problem: str | None = None
+    """The demonstration earned this seat nothing (a played demonstration only)."""
+
+    def summary(self) -> str:
+        """`ended after N turn(s), reward R` and the `End`'s metrics, or its problem."""
+        if self.result is None:
+            return f"no result: {self.problem}"
+        metrics = ", ".join(f"{k} {v:g}" for k, v in sorted(self.result.end.metrics.items()))
+        return (
+            f"ended after {self.result.turns} turn(s), reward {self.result.reward:g}"
+            + (" (truncated)" if self.result.truncated else "")
+            + (f" ({metrics})" if metrics else "")
+        )
 
 
 @dataclass
@@ -41,13 +58,29 @@ class CheckReport:
     """The ledger episode whose turns the gateway recorded (gateway-served checks only)."""
     recorded_turns: int | None = None
     """How many model calls the gateway recorded in that episode."""
+    demonstration: bool = False
+    """Whether the model played the environment's `demonstration`."""
 
     @property
     def ok(self) -> bool:
-        return not self.problems and all(seat.problem is None for seat in self.seats)
+        return (
+            not self.problems
+            and all(seat.problem is None for seat in self.seats)
+            and not self.demonstration_failed
+        )
+
+    @property
+    def demonstration_failed(self) -> bool:
+        """The demonstration was played and some seat earned nothing from it."""
+        return any(seat.demonstration_problem for seat in self.seats)
 
     def all_problems(self) -> list[str]:
-        seat_problems = [f"agent {s.agent}: {s.problem}" for s in self.seats if s.problem]
+        seat_problems = [
+            f"agent {s.agent}: {problem}"
+            for s in self.seats
+            for problem in (s.problem, s.demonstration_problem)
+            if problem
+        ]
         return [*self.problems, *seat_problems]
 
     def as_json(self) -> dict[str, object]:
@@ -57,12 +90,14 @@ class CheckReport:
             "parameters": self.parameters,
             "episode_id": self.episode_id,
             "recorded_turns": self.recorded_turns,
+            "demonstration": self.demonstration,
             "problems": self.all_problems(),
             "seats": [
                 {
                     "agent": seat.agent,
                     "reward": None if seat.result is None else seat.result.reward,
                     "turns": None if seat.result is None else seat.result.turns,
+                    "metrics": None if seat.result is None else seat.result.end.metrics,
                     "problem": seat.problem,
                     "traceback": seat.traceback,
                 }
@@ -76,6 +111,8 @@ async def check_environment(
     complete: Complete,
     seed: int = 0,
     seats: Mapping[int, Mapping[str, Any]] | None = None,
+    *,
+    demonstration: bool = False,
 ) -> CheckReport:
     """Play one episode (every seat concurrently) and collect contract problems.
 
@@ -86,8 +123,10 @@ async def check_environment(
         seats: Per agent, `RunContext` fields of a seat served by a gateway (`run_id`,
             `episode_id`, `attempt`, `gateway_url`, `api_key`), for environments with
             `needs_gateway`; without them such an environment is reported, not played.
+        demonstration: `complete` plays `environment.demonstration`: each seat's reward must be
+            above 0.
     """
-    report = CheckReport(environment=environment.name)
+    report = CheckReport(environment=environment.name, demonstration=demonstration)
     if environment.needs_gateway and seats is None:
         report.problems.append(
             f"{environment.name} needs a gateway (its Task calls the model itself): "
@@ -141,6 +180,11 @@ async def check_environment(
         except TaskError as error:
             seat.problem = str(error)
             seat.traceback = error.traceback
+        if demonstration and seat.result is not None and not seat.result.reward > 0:
+            seat.demonstration_problem = (
+                f"the demonstration earned nothing: {seat.summary()}; the environment did not "
+                "act on it (or its reward does not see what it did)"
+            )
         return seat
 
     try:

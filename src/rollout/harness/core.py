@@ -20,19 +20,25 @@ Parameters = Mapping[str, Any]
 
 
 class Observation:
-    """What the agent sees next: messages to append and, optionally, the tools it may call.
+    """What the agent sees next: messages to append and, optionally, the tools it may call and
+    the reward its last reply earned.
 
     `Observation("What is 2+2?")` adds one user message. `tools=None` keeps the tools offered
-    so far; `tools=[]` withdraws them.
+    so far; `tools=[]` withdraws them. `reward` (a finite number, None: none) is the reward of
+    the reply this observation answers, recorded with that turn; a seat's reward is the sum of
+    its turns' rewards and its `End`'s, and training credits each turn with the rewards from it
+    on (its reward-to-go, `rollout.training.advantages`). Only an observation returned by
+    `respond` can carry one: `start` answers no reply.
     """
 
-    __slots__ = ("messages", "tools")
+    __slots__ = ("messages", "reward", "tools")
 
     def __init__(
         self,
         messages: str | Message | Sequence[Message] = (),
         *,
         tools: Sequence[ToolSpec] | None = None,
+        reward: float | None = None,
     ) -> None:
         if isinstance(messages, str):
             self.messages: tuple[Message, ...] = (Message.user(messages),)
@@ -41,18 +47,22 @@ class Observation:
         else:
             self.messages = tuple(messages)
         self.tools: tuple[ToolSpec, ...] | None = None if tools is None else tuple(tools)
+        self.reward: float | Score | None = reward
 
     def __repr__(self) -> str:
-        return f"Observation(messages={list(self.messages)!r}, tools={self.tools!r})"
+        extra = "" if self.reward is None else f", reward={self.reward!r}"
+        return f"Observation(messages={list(self.messages)!r}, tools={self.tools!r}{extra})"
 
 
 class End(Observation):
     """The seat is done: its reward (a float or a rolloutlib `Score`) and metrics.
 
-    An `End` may also carry final messages (for the transcript); they are never sampled from.
+    The reward is that of the last reply (added to any reward the seat's turns earned before:
+    see `Observation`). An `End` may also carry final messages (for the transcript); they are
+    never sampled from.
     """
 
-    __slots__ = ("metrics", "reward")
+    __slots__ = ("metrics",)
 
     def __init__(
         self,
@@ -61,7 +71,8 @@ class End(Observation):
         messages: str | Message | Sequence[Message] = (),
     ) -> None:
         super().__init__(messages)
-        self.reward = reward
+        # An End always has a reward: narrower than an Observation's optional one.
+        self.reward: float | Score = reward  # pyright: ignore[reportIncompatibleVariableOverride]
         self.metrics: dict[str, float] = dict(metrics or {})
 
     @property
@@ -145,6 +156,13 @@ class Environment:
     """
     scripted_reply: Callable[[str], str | None] | None = None
     """What the scripted model answers here (prompt text -> reply, None: its default answer)."""
+    demonstration: Callable[[str], str | None] | None = None
+    """A scripted player that plays the task well (prompt text -> reply, as `scripted_reply`).
+
+    `rollout env check` with the scripted model plays it for every agent and fails (exit 2, one
+    line per agent) when an agent's reward is not above 0: an environment whose reward reads its
+    world (minecraft_team's counts the blocks placed) thereby shows that the world changed.
+    Without one, the check can show only that the contract holds, and says so."""
     needs_gateway: bool = False
     """The Task calls the model itself (`RunContext.gateway_url`): env check serves a gateway."""
     turn_timeout_s: float | None = 600.0
@@ -156,6 +174,11 @@ class Environment:
     episode_timeout_s: float | None = None
     """The most seconds one seat may take from `start` to its `End`, model calls included; None:
     no limit. Past it the seat ends `failed` with "episode timed out after N s"."""
+    roles: Sequence[str] | None = None
+    """Each agent's role, one name per agent (None: each agent is a role of its own, `agent0`,
+    `agent1`, ...). Training compares a seat with the seats of its role across the group's
+    episodes: agents that play the same part (four builders) share one role and are compared
+    with each other; agents with different parts or reward scales get different roles."""
 
     def __post_init__(self) -> None:
         name = self.name if isinstance(self.name, str) else repr(self.name)
@@ -193,14 +216,26 @@ class Environment:
             )
         if not isinstance(self.sampling, Mapping):
             raise InvalidEnvironment(name, "sampling", self.sampling, "must be a mapping")
-        if self.warmup is not None and not callable(self.warmup):
-            raise InvalidEnvironment(name, "warmup", self.warmup, "must be a function or None")
-        if self.scripted_reply is not None and not callable(self.scripted_reply):
-            raise InvalidEnvironment(
-                name, "scripted_reply", self.scripted_reply, "must be a function or None"
-            )
+        for field_name in ("warmup", "scripted_reply", "demonstration"):
+            value = getattr(self, field_name)
+            if value is not None and not callable(value):
+                raise InvalidEnvironment(name, field_name, value, "must be a function or None")
         if not isinstance(self.needs_gateway, bool):
             raise InvalidEnvironment(name, "needs_gateway", self.needs_gateway, "must be a bool")
+        if self.roles is not None:
+            roles = self.roles
+            if (
+                isinstance(roles, str)
+                or not isinstance(roles, Sequence)
+                or len(roles) != self.agents
+                or not all(isinstance(r, str) and r for r in roles)
+            ):
+                raise InvalidEnvironment(
+                    name,
+                    "roles",
+                    roles,
+                    f"must be None or {self.agents} non-empty role names, one per agent",
+                )
         for field_name in ("turn_timeout_s", "episode_timeout_s"):
             value = getattr(self, field_name)
             if value is None:
@@ -210,6 +245,12 @@ class Environment:
                 raise InvalidEnvironment(
                     name, field_name, value, "must be a number of seconds > 0 or None"
                 )
+
+    def role(self, agent: int) -> str:
+        """The role of agent index `agent` (`roles`, or `agent<N>` by default)."""
+        if self.roles is None or not 0 <= agent < len(self.roles):
+            return f"agent{agent}"
+        return self.roles[agent]
 
     def draw_parameters(self, group_index: int, seed: int) -> dict[str, Any]:
         """The parameters of group `group_index` (deterministic given the run's seed).

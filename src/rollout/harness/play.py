@@ -31,7 +31,9 @@ Complete = Callable[[Sequence[Message], Sequence[ToolSpec], Mapping[str, Any]], 
 
 @dataclass
 class SeatResult:
-    """How one seat ended: its `End`, the conversation, and how many model turns it took."""
+    """How one seat ended: its `End`, the conversation, how many model turns it took, and the
+    rewards its observations carried (`turn_rewards`: turn index -> reward, the `End`'s not
+    included)."""
 
     end: End
     messages: list[Message]
@@ -39,10 +41,27 @@ class SeatResult:
     truncated: bool = False
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
+    turn_rewards: dict[int, float] = field(default_factory=dict)
 
     @property
     def reward(self) -> float:
-        return self.end.value
+        """The seat's reward: its turns' rewards plus its `End`'s."""
+        return sum(self.turn_rewards.values()) + self.end.value
+
+    def rewards_by_turn(self) -> list[float | None] | None:
+        """Each turn's reward (None where its observation carried none), the `End`'s added to
+        the last turn's; None when no observation carried one (the `End` holds every reward).
+
+        >>> SeatResult(End(1.0), [], turns=3, turn_rewards={0: 0.5}).rewards_by_turn()
+        [0.5, None, 1.0]
+        >>> SeatResult(End(1.0), [], turns=3).rewards_by_turn() is None
+        True
+        """
+        if not self.turn_rewards or self.turns == 0:
+            return None
+        rewards = [self.turn_rewards.get(index) for index in range(self.turns)]
+        rewards[-1] = (rewards[-1] or 0.0) + self.end.value
+        return rewards
 
     def score_json(self) -> dict[str, Any] | None:
         reward = self.end.reward
@@ -64,6 +83,24 @@ def _check_observation(task: Task, method: str, value: object) -> Observation:
             raise TaskError(
                 f"{_task_name(task)}.{method} returned an Observation whose messages[{index}] "
                 f"is {type(message).__name__}, not a Message"
+            )
+    if not isinstance(value, End) and value.reward is not None:
+        reward = value.reward
+        if method == "start":
+            raise TaskError(
+                f"{_task_name(task)}.start returned an Observation with reward={reward!r}: a "
+                f"reward answers a reply, and start answers none (give it with the first "
+                f"respond, or in the End)"
+            )
+        if isinstance(reward, bool) or not isinstance(reward, (int, float)):
+            raise TaskError(
+                f"{_task_name(task)}.{method} returned an Observation with reward={reward!r}: "
+                f"reward must be a number or None"
+            )
+        if not math.isfinite(reward):
+            raise TaskError(
+                f"{_task_name(task)}.{method} returned an Observation with reward={reward!r}: "
+                f"reward is not finite"
             )
     if isinstance(value, End):
         reward = value.reward
@@ -190,18 +227,32 @@ async def _play(
     tools: tuple[ToolSpec, ...] = ()
     settings = {**environment.sampling, **(sampling or {})}
     turns = 0
+    turn_rewards: dict[int, float] = {}
     turn_limit = environment.turn_timeout_s
     observation = await _call_task(task, "start", run, turn_limit=turn_limit)
     while True:
         messages.extend(observation.messages)
         if isinstance(observation, End):
-            return SeatResult(observation, messages, turns, seconds=time.monotonic() - began)
+            return SeatResult(
+                observation,
+                messages,
+                turns,
+                seconds=time.monotonic() - began,
+                turn_rewards=turn_rewards,
+            )
+        if observation.reward is not None:  # the reward of the reply it answers
+            turn_rewards[turns - 1] = float(observation.reward)
         if observation.tools is not None:
             tools = observation.tools
         if turns >= environment.max_turns:
             end = End(reward=0.0, metrics={"truncated": 1.0})
             return SeatResult(
-                end, messages, turns, truncated=True, seconds=time.monotonic() - began
+                end,
+                messages,
+                turns,
+                truncated=True,
+                seconds=time.monotonic() - began,
+                turn_rewards=turn_rewards,
             )
         reply = await complete(messages, tools, settings)
         turns += 1

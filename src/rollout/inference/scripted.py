@@ -161,10 +161,13 @@ class ScriptedBackend:
 def environment_backend(backend: InferenceBackend, environment: object) -> InferenceBackend:
     """`backend`, or a scripted backend on its renderer answering with the environment's script.
 
-    A scripted backend is replaced when `environment.scripted_reply` is set (see
-    `rollout.harness.Environment`); any other backend is returned as it is.
+    A scripted backend is replaced when `environment.demonstration` or, failing that,
+    `environment.scripted_reply` is set (see `rollout.harness.Environment`); any other backend
+    is returned as it is.
     """
-    script = getattr(environment, "scripted_reply", None)
+    script = getattr(environment, "demonstration", None) or getattr(
+        environment, "scripted_reply", None
+    )
     if isinstance(backend, ScriptedBackend) and script is not None:
         return ScriptedBackend(backend.renderer, script, version=backend.version)
     return backend

@@ -33,7 +33,7 @@ FROM seats WHERE episode_id = ANY(%(ids)s) ORDER BY episode_id, agent
 """
 SEAT_ENDS: LiteralString = """
 SELECT episode_id, agent, attempt, status, reward, score, metrics, error,
-       extract(epoch FROM created_at)::float8 AS created_at
+       extract(epoch FROM created_at)::float8 AS created_at, turn_rewards
 FROM seat_ends WHERE episode_id = ANY(%(ids)s) ORDER BY episode_id, agent
 """
 # Each seat's turns of its winning attempt, as a FROM item (`t` the turn, `s` its seat): the

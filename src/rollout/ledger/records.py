@@ -11,6 +11,7 @@ database stamps it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -87,6 +88,9 @@ class SeatEnd:
     metrics: dict[str, float]
     error: str | None
     created_at: float = 0.0
+    turn_rewards: Sequence[float | None] | None = None
+    """The reward of each turn (None where it has none), the End's added to the last; None: the
+    End's reward, `reward`, is the seat's only one."""
 
 
 @dataclass(frozen=True)

@@ -103,18 +103,22 @@ END_SEATS: LiteralString = """
 WITH v AS (
     SELECT * FROM unnest(%(episode_id)s::text[], %(agent)s::int4[], %(attempt)s::int4[],
                          %(status)s::text[], %(reward)s::float8[], %(score)s::jsonb[],
-                         %(metrics)s::jsonb[], %(error)s::text[])
+                         %(metrics)s::jsonb[], %(error)s::text[], %(turn_rewards)s::jsonb[])
         WITH ORDINALITY AS v(episode_id, agent, attempt, status, reward, score, metrics, error,
-                             ord)
+                             turn_rewards, ord)
 ), seat AS (
     SELECT s.episode_id, s.agent, s.run_id, s.kind, s.attempt, s.done FROM seats s
     WHERE (s.episode_id, s.agent) IN (SELECT episode_id, agent FROM v)
     FOR UPDATE OF s
 ), ins AS (
     INSERT INTO seat_ends (episode_id, agent, attempt, run_id, status, reward, score, metrics,
-                           error)
+                           error, turn_rewards)
     SELECT v.episode_id, v.agent, v.attempt, seat.run_id, v.status, v.reward, v.score,
-           v.metrics, v.error
+           v.metrics, v.error,
+           CASE WHEN v.turn_rewards IS NOT NULL THEN ARRAY(
+               SELECT r.value::float8 FROM jsonb_array_elements_text(v.turn_rewards)
+                   WITH ORDINALITY AS r(value, ord)
+               ORDER BY r.ord) END
     FROM v JOIN seat ON seat.episode_id = v.episode_id AND seat.agent = v.agent
     WHERE seat.attempt = v.attempt AND NOT seat.done
     ON CONFLICT DO NOTHING
@@ -310,14 +314,35 @@ class SeatsMixin(LedgerConnection):
         metrics: dict[str, float] | None = None,
         status: str = "completed",
         error: str | None = None,
+        turn_rewards: Sequence[float | None] | None = None,
     ) -> bool:
         """Fenced by attempt; the first end of a seat wins. True if new.
+
+        Args:
+            claim: The seat attempt that ends.
+            reward: The seat's whole reward.
+            score: The End's rolloutlib `Score`, as JSON.
+            metrics: The End's metrics.
+            status: 'completed' or 'failed'.
+            error: Why the seat failed.
+            turn_rewards: The reward of each turn of the attempt, in turn order (None where a
+                turn has none), the End's added to the last; None: the End's reward is the
+                last turn's and the seat's only one.
 
         Raises:
             StaleFence: another attempt took the seat over.
         """
         if status not in SEAT_STATUSES:
             raise InvalidInput(f"status must be one of {SEAT_STATUSES}, got {status!r}")
+        rewards = None
+        if turn_rewards is not None:
+            rewards = jsonb(
+                "turn_rewards",
+                [
+                    None if r is None else finite(f"turn_rewards[{i}]", r)
+                    for i, r in enumerate(turn_rewards)
+                ],
+            )
         params = {
             **_seat_key(claim),
             "status": status,
@@ -325,6 +350,7 @@ class SeatsMixin(LedgerConnection):
             "score": jsonb("score", score) if score is not None else None,
             "metrics": metrics_jsonb("metrics", metrics),
             "error": error,
+            "turn_rewards": rewards,
         }
         # Concurrent ends (a runner's seats finishing together) share one statement and commit.
         return await self._end_writer.record(params)
@@ -335,7 +361,10 @@ class SeatsMixin(LedgerConnection):
 
 
 def _end_params(ends: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    names = ("episode_id", "agent", "attempt", "status", "reward", "score", "metrics", "error")
+    names = (
+        *("episode_id", "agent", "attempt", "status", "reward", "score", "metrics", "error"),
+        "turn_rewards",
+    )
     return {name: [end[name] for end in ends] for name in names}
 
 

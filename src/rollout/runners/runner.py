@@ -209,7 +209,11 @@ class Runner:
             if isinstance(result, SeatResult):
                 metrics = {**result.end.metrics, "turns": float(result.turns)}
                 await self.ledger.end_seat(
-                    claim, reward=result.reward, score=result.score_json(), metrics=metrics
+                    claim,
+                    reward=result.reward,
+                    score=result.score_json(),
+                    metrics=metrics,
+                    turn_rewards=result.rewards_by_turn(),
                 )
                 return result
             await self.ledger.end_seat(claim, reward=0.0, status="failed", error=result)

@@ -110,17 +110,25 @@ class TinkerOptions(BaseModel):
     base_url: str | None = None
 
 
-ImportanceMode = Literal["tis", "icepop", "none"]
+ImportanceMode = Literal["tis", "icepop", "clip", "none"]
 
 
 class ImportanceConfig(BaseModel):
-    """Which importance correction to apply (a preset's `importance:` block).
+    """How the policy gradient corrects for sampling with an older or different policy (a
+    preset's `importance:` block): the objective, per token, of `rollout.training.loss`.
 
     Attributes:
-        mode: "tis", "icepop" or "none".
+        mode: "tis" (weights truncated at `cap`), "icepop" (tokens outside the band
+            [`low`, `high`] masked), "clip" (the PPO-style clipped objective: the ratio clipped
+            to [1 - `clip_low`, 1 + `clip_high`] where that lowers the objective) or "none"
+            (plain policy gradient).
         cap: Truncation C for `tis`: weight = min(ratio, C).
         low: Lower edge of the `icepop` band (tokens with ratio < low are masked).
         high: Upper edge of the `icepop` band (tokens with ratio > high are masked).
+        clip_low: `clip`: how far below 1 the ratio may go before a token with a negative
+            advantage stops pushing.
+        clip_high: `clip`: how far above 1 the ratio may go before a token with a positive
+            advantage stops pushing.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -129,6 +137,8 @@ class ImportanceConfig(BaseModel):
     cap: float = Field(default=2.0, gt=0)
     low: float = Field(default=0.5, ge=0, le=1)
     high: float = Field(default=2.0, ge=1)
+    clip_low: float = Field(default=0.2, gt=0, lt=1)
+    clip_high: float = Field(default=0.2, gt=0)
 
 
 class EvalSchedule(BaseModel):
@@ -172,6 +182,14 @@ class RunConfig(BaseModel):
     learning_rate: float = Field(1e-3, gt=0)
     grad_clip: float | None = Field(None, gt=0)
     """Clip the gradient norm to this (None: no clipping)."""
+    gradient_checkpointing: bool = False
+    """The torch trainer recomputes each layer's activations in the backward pass instead of
+    keeping them (less memory for long sequences, about a third more compute)."""
+    micro_batch_tokens: int | None = Field(None, ge=1)
+    """The torch trainer's token budget per forward pass: a step's segments are split into
+    micro-batches of at most this many padded tokens (rows x longest; a longer segment goes
+    alone) whose gradients add up to the whole step's (gradient accumulation). None: the
+    whole step in one pass."""
     max_lag: MaxLag = DEFAULT_MAX_LAG
     """The run setting `max_lag` the run starts with (`rollout.runs.live`)."""
     importance: ImportanceConfig = Field(
@@ -180,6 +198,9 @@ class RunConfig(BaseModel):
     temperature: float = Field(1.0, gt=0)
     max_tokens: int | None = Field(None, ge=1)
     normalize_advantages: bool = True
+    discount: float = Field(1.0, ge=0, le=1)
+    """How much a reward counts toward each earlier turn's advantage, per turn (1: in full; see
+    `rollout.training.advantages`)."""
     entropy_coef: float = Field(0.0, ge=0)
     """Weight of the entropy bonus in the policy-gradient loss (0: none)."""
     warmup_steps: int = Field(0, ge=0)
@@ -217,6 +238,12 @@ class RunConfig(BaseModel):
                 raise ValueError("provider 'tinker' needs a tinker: block with base_model")
             if self.lora_rank is None:
                 raise ValueError("provider 'tinker' trains LoRA adapters: set lora_rank")
+            for name in ("gradient_checkpointing", "micro_batch_tokens"):
+                if getattr(self, name):  # Tinker's service decides its own memory plan
+                    raise ValueError(
+                        f"{name}: {getattr(self, name)!r} is a torch trainer setting; provider "
+                        "'tinker' cannot honour it (leave it unset)"
+                    )
         init = self.model.init
         if self.backend == "vllm" and self.vllm_device == "cpu" and init is not None:
             head = init.hidden // init.heads

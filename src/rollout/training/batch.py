@@ -1,9 +1,9 @@
 """From complete groups (ledger records) to training segments with advantages.
 
-`group_segments(group)` scores every seat of the group (`rollout.training.advantages`), then
-merges each trained seat's turns into segments (`rollout.training.segments`) that carry the
-seat's advantage. The training loop batches the segments of one or more groups into a
-`TrainBatch` for the provider.
+`group_segments(group)` scores every seat of the group per agent role
+(`rollout.training.advantages`), then merges each trained seat's turns into segments
+(`rollout.training.segments`) that carry each turn's advantage. The training loop batches the
+segments of one or more groups into a `TrainBatch` for the provider.
 """
 
 from __future__ import annotations
@@ -12,7 +12,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from rollout.ledger import GroupRecord
-from rollout.training.advantages import AdvantageConfig, SeatAdvantage, seat_advantages
+from rollout.training.advantages import (
+    AdvantageConfig,
+    Roles,
+    SeatAdvantage,
+    agent_roles,
+    seat_advantages,
+)
 from rollout.training.segments import Segment, build_segments
 
 
@@ -36,6 +42,7 @@ def group_segments(
     *,
     stop_token_ids: Iterable[int] = (),
     drop_zero_advantage: bool = False,
+    roles: Roles = agent_roles,
 ) -> GroupSegments:
     """Segments of every trained seat of a complete group.
 
@@ -43,13 +50,14 @@ def group_segments(
         group: A complete group.
         config: How advantages are computed.
         stop_token_ids: Trained tokens after a stop token in one completion are masked.
-        drop_zero_advantage: Leave out seats whose advantage is exactly 0 (they add no gradient
-            to the policy-gradient loss, only tokens to its denominator).
+        drop_zero_advantage: Leave out seats whose every turn's advantage is exactly 0 (they
+            add no gradient to the policy-gradient loss, only tokens to its denominator).
+        roles: The role of each agent index: seats are compared within their role.
 
     Returns:
-        The segments (seats left out of training have none) and every seat's advantage.
+        The segments (seats left out of training have none) and every seat's advantages.
     """
-    seats = seat_advantages(group, config)
+    seats = seat_advantages(group, config, roles=roles)
     stops = tuple(stop_token_ids)
     turns_by_seat: dict[tuple[str, int, int], list] = {}
     for episode in group.episodes:
@@ -57,13 +65,22 @@ def group_segments(
             turns_by_seat.setdefault((turn.episode_id, turn.agent, turn.attempt), []).append(turn)
     segments: list[Segment] = []
     for seat in seats:
-        if seat.advantage is None or (drop_zero_advantage and seat.advantage == 0.0):
+        if seat.advantage is None:
+            continue
+        if drop_zero_advantage and not any(seat.turn_advantages):
             continue
         turns = sorted(
             turns_by_seat.get((seat.episode_id, seat.agent, seat.attempt), []),
             key=lambda t: t.index,
         )
-        segments.extend(build_segments(turns, seat.advantage, stop_token_ids=stops))
+        segments.extend(
+            build_segments(
+                turns,
+                seat.advantage,
+                stop_token_ids=stops,
+                turn_advantages=seat.turn_advantages,
+            )
+        )
     return GroupSegments(
         group_index=group.group_index, segments=tuple(segments), seats=tuple(seats)
     )
@@ -75,10 +92,17 @@ def segments_of_groups(
     *,
     stop_token_ids: Iterable[int] = (),
     drop_zero_advantage: bool = False,
+    roles: Roles = agent_roles,
 ) -> list[GroupSegments]:
     """`group_segments` for each group, in order."""
     stops = tuple(stop_token_ids)
     return [
-        group_segments(g, config, stop_token_ids=stops, drop_zero_advantage=drop_zero_advantage)
+        group_segments(
+            g,
+            config,
+            stop_token_ids=stops,
+            drop_zero_advantage=drop_zero_advantage,
+            roles=roles,
+        )
         for g in groups
     ]

@@ -8,6 +8,9 @@ logprob give the per-token ratio `exp(logp_trainer - logp_sampler)`. Modes:
   truncation, bounded variance.
 - `icepop`: weight 1 inside the band [low, high], and the token is masked out (weight 0)
   outside it: tokens the two policies disagree on too much teach nothing.
+- `clip`: the PPO-style clipped objective (`rollout.training.loss`): the ratio itself weighs
+  each token, with gradient, clipped to [1 - clip_low, 1 + clip_high] where clipping lowers
+  the objective; here the weight is the ratio (for the metrics) and no token is masked.
 - `none`: weight 1 (plain on-policy policy gradient); the ratio is still measured.
 
 Weights never carry gradient; the policy gradient flows through `logp_trainer` in the loss.
@@ -88,6 +91,11 @@ def importance_weights(
             out_mask = mask & ~masked
             weights = torch.ones_like(ratio)
             truncated = torch.zeros_like(mask)
+        elif config.mode == "clip":
+            weights = ratio
+            out_mask = mask
+            truncated = torch.zeros_like(mask)
+            masked = torch.zeros_like(mask)
         else:
             weights = torch.ones_like(ratio)
             out_mask = mask

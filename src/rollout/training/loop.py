@@ -94,6 +94,8 @@ def make_provider(config: RunConfig, model_dir: Path) -> Any:
         device=config.device,
         dtype=config.dtype,
         seed=config.seed,
+        micro_batch_tokens=config.micro_batch_tokens,
+        gradient_checkpointing=config.gradient_checkpointing,
     )
 
 
@@ -198,7 +200,9 @@ class Trainer:
             began = time.monotonic()
             sleep = config.backend == "vllm" and config.vllm.sleep_while_training
             async with engines_asleep(self.ledger, self.run_id, sleep):  # colocated GPU
-                metrics = await asyncio.to_thread(self._step, provider, groups, config, version)
+                metrics = await asyncio.to_thread(
+                    self._step, provider, groups, config, version, environment
+                )
             metrics["step_seconds"] = time.monotonic() - began  # forward, backward, optimizer
             metrics["wait_seconds"] = began - idle_since  # groups, queueing, serving publish
             lease = await self._renew()
@@ -268,9 +272,14 @@ class Trainer:
         groups: list[GroupRecord],
         config: RunConfig,
         version: int,
+        environment: Environment,
     ) -> dict[str, float]:
-        advantage_config = AdvantageConfig(normalize_std=config.normalize_advantages)
-        per_group = segments_of_groups(groups, advantage_config, drop_zero_advantage=True)
+        advantage_config = AdvantageConfig(
+            normalize_std=config.normalize_advantages, discount=config.discount
+        )
+        per_group = segments_of_groups(
+            groups, advantage_config, drop_zero_advantage=True, roles=environment.role
+        )
         segments = [segment for group in per_group for segment in group.segments]
         rewards = [
             seat.reward for group in per_group for seat in group.seats if seat.status == "completed"

@@ -14,6 +14,16 @@ Policy gradient, per trained token t of a sequence with advantage A:
 where `w_t` is the importance weight (detached, see `rollout.training.importance`), so the
 gradient is `-w_t * A * grad logp_t`: REINFORCE with a group-relative baseline, corrected for the
 sampler/trainer mismatch.
+
+The clipped objective (`importance.mode: clip`, PPO's surrogate with the sampler as the old
+policy), per trained token with ratio `r_t = exp(logp_trainer_t - logp_sampler_t)`:
+
+    loss_t = -min(r_t * A, clip(r_t, 1 - clip_low, 1 + clip_high) * A)
+
+Its gradient is `-r_t * A * grad logp_t` while the ratio is inside the band or has moved the
+wrong way, and 0 once the token's probability has already moved past the band in the direction
+its advantage asks for: no token pushes the policy further than a trust region from the policy
+that sampled it, however stale.
 """
 
 from __future__ import annotations
@@ -26,6 +36,9 @@ import torch
 from rollout.runs.config import ImportanceConfig
 from rollout.training.errors import TrainingError
 from rollout.training.importance import ImportanceResult, importance_weights
+
+_MAX_LOG_RATIO = 30.0
+"""Log ratios are clamped here before exp (as in `rollout.training.importance`)."""
 
 LossKind = Literal["policy_gradient", "supervised"]
 
@@ -103,9 +116,14 @@ def policy_gradient_loss(
             f"advantages has shape {tuple(advantages.shape)}, expected [B] or "
             f"{tuple(logp_trainer.shape)}"
         )
+    importance = importance or ImportanceConfig()
     result = importance_weights(logp_trainer, logp_sampler, mask, importance)
     advantages = advantages.to(logp_trainer.dtype)
-    per_token = -(result.weights.to(logp_trainer.dtype) * advantages * logp_trainer)
+    clip_metrics: dict[str, float] = {}
+    if importance.mode == "clip":
+        per_token, clip_metrics = _clipped(logp_trainer, logp_sampler, advantages, mask, importance)
+    else:
+        per_token = -(result.weights.to(logp_trainer.dtype) * advantages * logp_trainer)
     per_token = per_token.masked_fill(~result.mask, 0.0)
     loss = per_token.sum() / _normalizer(mask, num_tokens)
     n = int(mask.sum().item())
@@ -114,8 +132,31 @@ def policy_gradient_loss(
         "pg/tokens": float(n),
         "pg/advantage_mean": float(advantages[mask].mean().item()) if n else 0.0,
         **result.metrics,
+        **clip_metrics,
     }
     return LossOutput(loss=loss, metrics=metrics, importance=result)
+
+
+def _clipped(
+    logp_trainer: torch.Tensor,
+    logp_sampler: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    importance: ImportanceConfig,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Per-token clipped-objective losses and `is/clipped_frac` (tokens whose gradient the clip
+    stopped: ratio past 1 + clip_high with A > 0, or below 1 - clip_low with A < 0)."""
+    log_ratio = (logp_trainer - logp_sampler.to(logp_trainer.dtype)).masked_fill(~mask, 0.0)
+    ratio = log_ratio.clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO).exp()
+    low, high = 1.0 - importance.clip_low, 1.0 + importance.clip_high
+    unclipped = ratio * advantages
+    clipped = ratio.clamp(low, high) * advantages
+    per_token = -torch.minimum(unclipped, clipped)
+    with torch.no_grad():
+        stopped = mask & (clipped < unclipped)
+        n = int(mask.sum().item())
+        frac = float(stopped.sum().item()) / n if n else 0.0
+    return per_token, {"is/clipped_frac": frac}
 
 
 def supervised_loss(

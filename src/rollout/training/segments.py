@@ -12,7 +12,10 @@ Per token, a segment carries:
 - `loss_mask`: True on sampled (completion) tokens, False on prompt, tool and user tokens;
 - `sampler_logprobs`: the sampler's logprob of each sampled token (0.0 where masked), at the
   sampling temperature, for importance weights;
-- `versions`: the checkpoint version that sampled each token (-1 where masked), for lag metrics.
+- `versions`: the checkpoint version that sampled each token (-1 where masked), for lag metrics;
+- `advantages` (when a seat's turns have different advantages, `rollout.training.advantages`):
+  the advantage of each token, its turn's (0.0 where masked); otherwise every trained token
+  takes the segment's `advantage`.
 
 >>> from rollout.contracts import Turn
 >>> t0 = Turn("ep", 0, 0, 0, (1, 2), (3, 4), (-0.1, -0.2), version=5, stop_reason="stop")
@@ -44,11 +47,14 @@ class Segment:
         loss_mask: True where the token was sampled by the policy (it is trained on).
         sampler_logprobs: Sampler logprob of each token at `temperature` (0.0 where masked).
         versions: Checkpoint version that sampled each token (-1 where masked).
-        advantage: The seat's advantage, applied to every trained token.
+        advantage: The advantage of the segment's first turn; of every trained token when
+            `advantages` is None.
         temperature: The sampling temperature of the segment's turns; the trainer scores at it.
         episode_id: The episode the turns belong to.
         agent: The seat's agent index.
         turn_indices: The `Turn.index` of each merged turn, in order.
+        advantages: Each token's advantage (its turn's; 0.0 where masked), or None: every
+            trained token has `advantage`.
     """
 
     tokens: tuple[int, ...]
@@ -60,10 +66,12 @@ class Segment:
     episode_id: str = ""
     agent: int = 0
     turn_indices: tuple[int, ...] = ()
+    advantages: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
         n = len(self.tokens)
-        for name in ("loss_mask", "sampler_logprobs", "versions"):
+        names = ("loss_mask", "sampler_logprobs", "versions")
+        for name in (*names, "advantages") if self.advantages is not None else names:
             if len(getattr(self, name)) != n:
                 raise TrainingError(
                     f"Segment.{name} has {len(getattr(self, name))} entries but tokens has {n}"
@@ -83,8 +91,14 @@ class Segment:
         return sum(self.loss_mask)
 
     def with_advantage(self, advantage: float) -> Segment:
-        """A copy with another advantage."""
-        return replace(self, advantage=float(advantage))
+        """A copy whose every trained token has `advantage`."""
+        return replace(self, advantage=float(advantage), advantages=None)
+
+    def token_advantages(self) -> tuple[float, ...]:
+        """Each token's advantage (0.0 where masked)."""
+        if self.advantages is not None:
+            return self.advantages
+        return tuple(self.advantage if m else 0.0 for m in self.loss_mask)
 
 
 def mask_after_stop(
@@ -124,6 +138,7 @@ def build_segments(
     advantage: float = 0.0,
     *,
     stop_token_ids: Iterable[int] = (),
+    turn_advantages: Sequence[float] | None = None,
 ) -> list[Segment]:
     """Merge one seat's turns into training segments.
 
@@ -135,6 +150,8 @@ def build_segments(
         turns: The seat's turns, ordered by `Turn.index` (one episode, agent and attempt).
         advantage: The seat's advantage, given to every segment.
         stop_token_ids: Trained tokens after a stop token in the same completion are masked.
+        turn_advantages: Each turn's advantage, by `Turn.index` (an index past the end takes
+            the last one); when they differ, each segment carries them per token.
 
     Returns:
         The segments in turn order. Turns with no completion tokens still contribute context.
@@ -154,13 +171,26 @@ def build_segments(
     logprobs: list[float] = []
     versions: list[int] = []
     indices: list[int] = []
+    token_turns: list[int] = []
     temperature = first.temperature
     previous_index: int | None = None
+    per_turn = tuple(turn_advantages) if turn_advantages else None
+
+    def turn_advantage(index: int) -> float:
+        if per_turn is None:
+            return float(advantage)
+        return float(per_turn[min(index, len(per_turn) - 1)])
 
     def flush() -> None:
         if not tokens:
             return
         final_mask = mask_after_stop(tokens, mask, stops) if stops else tuple(mask)
+        token_advantages = None
+        if len({turn_advantage(i) for i in indices}) > 1:  # this segment's turns differ
+            token_advantages = tuple(
+                turn_advantage(t) if m else 0.0
+                for t, m in zip(token_turns, final_mask, strict=True)
+            )
         segments.append(
             Segment(
                 tokens=tuple(tokens),
@@ -171,11 +201,12 @@ def build_segments(
                 versions=tuple(
                     v if m else UNSAMPLED_VERSION for v, m in zip(versions, final_mask, strict=True)
                 ),
-                advantage=float(advantage),
+                advantage=turn_advantage(indices[0]),
                 temperature=temperature,
                 episode_id=seat[0],
                 agent=seat[1],
                 turn_indices=tuple(indices),
+                advantages=token_advantages,
             )
         )
 
@@ -202,17 +233,19 @@ def build_segments(
         )
         if not merge:
             flush()
-            tokens, mask, logprobs, versions, indices = [], [], [], [], []
+            tokens, mask, logprobs, versions, indices, token_turns = [], [], [], [], [], []
             temperature = turn.temperature
         new_prompt = turn.prompt_tokens[len(tokens) :]
         tokens.extend(new_prompt)
         mask.extend([False] * len(new_prompt))
         logprobs.extend([0.0] * len(new_prompt))
         versions.extend([UNSAMPLED_VERSION] * len(new_prompt))
+        token_turns.extend([turn.index] * len(new_prompt))
         tokens.extend(turn.completion_tokens)
         mask.extend([True] * len(turn.completion_tokens))
         logprobs.extend(turn.logprobs)
         versions.extend([turn.version] * len(turn.completion_tokens))
+        token_turns.extend([turn.index] * len(turn.completion_tokens))
         indices.append(turn.index)
     flush()
     return segments

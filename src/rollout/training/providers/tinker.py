@@ -12,7 +12,9 @@
   need the ratio before the loss: a `forward` pass first gives the trainer's logprobs, and each
   token's advantage is scaled by `w / ratio` (w = min(ratio, cap), or ratio inside the band and
   0 outside), so the gradient is `w * A * grad logp`, exactly the torch provider's. Mode `none`
-  needs one call.
+  needs one call, and so does the clipped objective (mode `clip`): Tinker's `ppo` loss with
+  `clip_low_threshold` 1 - clip_low and `clip_high_threshold` 1 + clip_high, the torch
+  provider's objective.
 - `optim_step()`: `optim_step(AdamParams(learning_rate=lr))`.
 - `save(dir)`: `save_state` (weights + optimizer) and `save_weights_for_sampler` (what the
   sampler loads); the folder holds only those Tinker paths (`tinker_checkpoint.json`) and the
@@ -35,7 +37,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rollout.runs.config import RunConfig
+from rollout.runs.config import ImportanceConfig, RunConfig
 from rollout.training.errors import CheckpointError, TrainingError
 from rollout.training.importance import importance_weights
 from rollout.training.providers.base import (
@@ -80,9 +82,10 @@ def segment_datum(segment: Segment, kind: str, scale: float, ratios: Sequence[fl
         inputs["weights"] = [m * scale for m in mask]
     else:
         weights = list(ratios) or [1.0] * len(mask)
+        advantages = segment.token_advantages()[1:]
         inputs["logprobs"] = [float(x) for x in segment.sampler_logprobs[1:]]
         inputs["advantages"] = [
-            segment.advantage * m * w * scale for m, w in zip(mask, weights, strict=True)
+            a * m * w * scale for a, m, w in zip(advantages, mask, weights, strict=True)
         ]
     return types.Datum(model_input=types.ModelInput.from_ints(tokens[:-1]), loss_fn_inputs=inputs)
 
@@ -149,6 +152,13 @@ class TinkerProvider:
         if batch.loss.kind == "supervised":
             data = [segment_datum(s, "cross_entropy", scale) for s in segments]
             output = _result(self.client.forward_backward(data, "cross_entropy"))
+        elif batch.loss.importance.mode == "clip":
+            data = [segment_datum(s, "ppo", scale) for s in segments]
+            output = _result(
+                self.client.forward_backward(
+                    data, "ppo", loss_fn_config=ppo_config(batch.loss.importance)
+                )
+            )
         else:
             ratios: list[list[float]] = [[] for _ in segments]
             if batch.loss.importance.mode != "none":
@@ -234,6 +244,18 @@ class TinkerProvider:
         )
         self._step = int(paths["step"])
         self._pending = 0
+
+
+def ppo_config(importance: ImportanceConfig) -> dict[str, float]:
+    """Tinker's `ppo` loss configuration for the clipped objective's band.
+
+    >>> ppo_config(ImportanceConfig(mode="clip", clip_low=0.2, clip_high=0.28))
+    {'clip_low_threshold': 0.8, 'clip_high_threshold': 1.28}
+    """
+    return {
+        "clip_low_threshold": 1.0 - importance.clip_low,
+        "clip_high_threshold": 1.0 + importance.clip_high,
+    }
 
 
 def _scaled(segment: Segment, trainer: Sequence[float], batch: TrainBatch) -> list[float]:

@@ -234,6 +234,7 @@ class TorchProvider:
         flat_versions: list[torch.Tensor] = []
         loss_total = 0.0
         entropy_sum = 0.0
+        clipped_tokens = 0.0
         entropy_coef = batch.loss.entropy_coef if batch.loss.kind == "policy_gradient" else 0.0
         for group in self._micro_batches(segs):
             logp, tensors = self._score([segs[i] for i in group], entropy_grad=entropy_coef > 0)
@@ -261,6 +262,7 @@ class TorchProvider:
                 loss = loss - entropy_coef * tensors["entropy_sum"] / total
             loss.backward()
             loss_total += float(loss.detach().item())
+            clipped_tokens += result.metrics.get("is/clipped_frac", 0.0) * float(mask.sum().item())
             if "entropy_sum" in tensors:
                 entropy_sum += float(tensors["entropy_sum"].detach().item())
             detached = logp.detach()
@@ -292,6 +294,8 @@ class TorchProvider:
                     batch.loss.importance,
                 ).metrics
             )
+            if batch.loss.importance.mode == "clip":
+                metrics["is/clipped_frac"] = clipped_tokens / n
             versions = torch.cat(flat_versions)
             versions = versions[versions >= 0]
             if versions.numel():

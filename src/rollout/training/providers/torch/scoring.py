@@ -26,8 +26,9 @@ def pad_segments(
 
     Returns:
         `input_ids` [B, T], `attention_mask` [B, T] (1 on real tokens), `loss_mask` [B, T] bool,
-        `sampler_logprobs` [B, T] float32, `advantages` [B] float32, `temperatures` [B] float32,
-        `versions` [B, T] int64 (-1 on untrained and padded tokens).
+        `sampler_logprobs` [B, T] float32, `advantages` [B] float32 ([B, T] when a segment has
+        per-token advantages), `temperatures` [B] float32, `versions` [B, T] int64 (-1 on
+        untrained and padded tokens).
     """
     width = max(len(s) for s in segments)
     b = len(segments)
@@ -49,10 +50,20 @@ def pad_segments(
         "loss_mask": loss_mask,
         "sampler_logprobs": sampler,
         "versions": versions,
-        "advantages": torch.tensor([s.advantage for s in segments], dtype=torch.float32),
+        "advantages": _advantages(segments, width),
         "temperatures": torch.tensor([s.temperature for s in segments], dtype=torch.float32),
     }
     return {k: v.to(device) for k, v in out.items()}
+
+
+def _advantages(segments: Sequence[Segment], width: int) -> torch.Tensor:
+    """[B] per-segment advantages, or [B, T] per token when any segment has them."""
+    if all(s.advantages is None for s in segments):
+        return torch.tensor([s.advantage for s in segments], dtype=torch.float32)
+    out = torch.zeros((len(segments), width), dtype=torch.float32)
+    for i, s in enumerate(segments):
+        out[i, : len(s)] = torch.tensor(s.token_advantages(), dtype=torch.float32)
+    return out
 
 
 def micro_batches(lengths: Sequence[int], budget: int | None) -> list[list[int]]:
