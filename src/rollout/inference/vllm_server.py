@@ -18,9 +18,10 @@ own environment (`rollout setup vllm`) with what the backend relies on:
   `--enable-sleep-mode` when the preset colocates inference and training.
 
 The process runs in its own process group; `stop()` ends that group (vLLM spawns an engine
-core and workers). On Linux it is also tied to the process that started it (`tied_command`): if
-that process dies without calling `stop()` (kill -9, a crash, a test's timeout), the kernel sends
-the server SIGTERM, so no orphaned server holds the machine's memory and cores.
+core and workers). On Linux a watchdog heads the group (`tied_command`): if the process that
+started the server dies without calling `stop()` (kill -9, a crash, a test's timeout), the
+kernel tells the watchdog, which ends every process of the group (SIGTERM, then SIGKILL), so no
+orphaned server, engine core or worker holds the machine's memory and cores.
 """
 
 from __future__ import annotations
@@ -252,22 +253,18 @@ class VllmServer:
             pass
 
 
-_TIE = (
-    "import ctypes, os, signal, sys\n"
-    "ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG\n"
-    "if os.getppid() != int(sys.argv[1]):\n"
-    "    sys.exit(1)  # the parent died before the request\n"
-    "os.execv(sys.argv[2], sys.argv[2:])\n"
-)
+TIE_GRACE_S = 10.0
+"""Seconds the group gets between SIGTERM and SIGKILL when the watchdog ends it (below `stop`'s
+own timeout, so the watchdog finishes first)."""
 
 
-def tied_command(command: Sequence[str]) -> list[str]:
-    """`command` (a Python interpreter's command line) so that it gets SIGTERM if this process
-    dies: its interpreter first asks Linux for a parent-death signal, then becomes `command` (the
-    request survives `execv`). Elsewhere `command` is returned as it is.
+def tied_command(command: Sequence[str], grace: float = TIE_GRACE_S) -> list[str]:
+    """`command` run under a watchdog (`rollout.inference.tie`) that ends its whole process group
+    when this process dies, SIGKILL included; start it with `start_new_session=True`. Elsewhere
+    than Linux `command` is returned as it is.
 
-    The signal follows the thread that started the child: start it from a thread that lives as
-    long as this process.
+    The parent-death signal follows the thread that started the child: start it from a thread
+    that lives as long as this process.
 
     Example:
         >>> tied_command(["/usr/bin/python3", "-m", "http.server"])[-3:]
@@ -275,7 +272,8 @@ def tied_command(command: Sequence[str]) -> list[str]:
     """
     if not sys.platform.startswith("linux"):
         return list(command)
-    return [command[0], "-c", _TIE, str(os.getpid()), *command]
+    watchdog = Path(__file__).with_name("tie.py")
+    return [sys.executable, str(watchdog), str(os.getpid()), str(grace), *command]
 
 
 def _tail(path: Path, lines: int = 15) -> str:
