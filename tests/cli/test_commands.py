@@ -190,3 +190,16 @@ def test_a_bad_environment_variable_is_one_line(
     assert code == 2
     assert "ROLLOUT_DB_OUTAGE_S" in err and "'soon'" in err
     assert "Traceback" not in err
+
+
+def test_a_preset_whose_model_folder_is_missing_says_how_to_get_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # no models/Qwen3-8B-tokenizer here
+    code, _, err = rollout(
+        capsys, "train", "parity.environment:environment", "--preset", "tinker-qwen3-8b"
+    )
+    assert code == 2 and "Traceback" not in err
+    (line,) = [line for line in err.splitlines() if line.startswith("error:")]
+    assert "Qwen3-8B-tokenizer has no config.json; get it with: uv run hf download" in line
+    assert line == err.strip(), err  # one line, nothing else

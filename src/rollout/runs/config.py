@@ -54,10 +54,14 @@ class ModelInit(BaseModel):
 
 
 class ModelSource(BaseModel):
+    """The run's model: a Hugging Face folder (`path`) or a tiny one to build (`init`)."""
+
     model_config = ConfigDict(extra="forbid")
 
     path: str | None = None
     init: ModelInit | None = None
+    get: str | None = None
+    """The command that fetches `path` (shown when the folder is missing)."""
 
 
 class VllmOptions(BaseModel):
