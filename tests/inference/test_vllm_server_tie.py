@@ -67,7 +67,7 @@ def _start(mode: str, server_seconds: float) -> tuple[subprocess.Popen[str], int
     assert owner.stdout is not None
     group = int(owner.stdout.readline())
     expected = 3 if mode == "tied" else 2  # (watchdog,) server, worker
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60  # a loaded machine takes its time
     while len(group_members(group)) < expected and time.monotonic() < deadline:
         time.sleep(0.1)
     return owner, group
@@ -84,9 +84,11 @@ def _orphans_after_owner_killed(mode: str, wait: float) -> list[int]:
 
 
 def test_the_whole_group_ends_when_its_starter_is_killed() -> None:
-    assert _orphans_after_owner_killed("tied", wait=10) == []
+    orphans = _orphans_after_owner_killed("tied", wait=20)
+    assert orphans == [], [Path(f"/proc/{pid}/cmdline").read_bytes() for pid in orphans]
 
 
+@pytest.mark.slow
 def test_a_server_that_exits_takes_its_workers_along_and_its_status_is_kept() -> None:
     owner, group = _start("tied", server_seconds=1)
     try:

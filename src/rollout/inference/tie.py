@@ -23,6 +23,8 @@ import sys
 import time
 
 PR_SET_PDEATHSIG = 1
+KILL_WAIT_S = 10.0
+"""How long the watchdog keeps killing what is left of the group."""
 
 
 def _ask_parent_death_signal() -> None:
@@ -57,7 +59,13 @@ def _end_group(grace: float) -> None:
     deadline = time.monotonic() + grace
     while (members := _group_members()) and time.monotonic() < deadline:
         time.sleep(0.2)
-    _signal_all(members, signal.SIGKILL)
+    # SIGKILL until none is left: a member may have spawned another since the last look (one
+    # still starting may even have caught the SIGTERM above before its exec).
+    deadline = time.monotonic() + KILL_WAIT_S
+    while members and time.monotonic() < deadline:
+        _signal_all(members, signal.SIGKILL)
+        time.sleep(0.05)
+        members = _group_members()
 
 
 def main(argv: list[str]) -> int:
