@@ -1,8 +1,9 @@
-"""A vLLM server's whole process group dies with the process that started it (`tied_command`),
-even when that process is killed with SIGKILL and never calls `stop()`. Checked with a stand-in
-server (a sleeping Python that spawns a worker ignoring SIGTERM, as an engine core busy loading
-would), started exactly as `VllmServer` starts vLLM; no vLLM needed. The real server killed with
-its inference role: tests/inference/test_vllm_role_kill.py."""
+"""A vLLM server's whole process group dies with the process that started it
+(`rollout.inference.tie`), even when that process is killed with SIGKILL and never calls
+`stop()`. Checked with a stand-in server (a sleeping Python that spawns a worker ignoring
+SIGTERM, as an engine core busy loading would), started exactly as `VllmServer` starts vLLM; no
+vLLM needed. The real server killed with its inference role:
+tests/inference/test_vllm_role_kill.py."""
 
 from __future__ import annotations
 
@@ -26,9 +27,9 @@ sys.exit(7)
 """
 OWNER = """
 import subprocess, sys, time
-from rollout.inference.vllm_server import tied_command
+from rollout.inference.tie import tied_command
 command = [sys.executable, "-c", sys.argv[3], sys.argv[2]]
-group = subprocess.Popen(tied_command(command, ) if sys.argv[1] == "tied" else command,
+group = subprocess.Popen(tied_command(command, grace=1.0) if sys.argv[1] == "tied" else command,
                          start_new_session=True)
 print(group.pid, flush=True)
 print(group.wait(), flush=True)
@@ -88,7 +89,6 @@ def test_the_whole_group_ends_when_its_starter_is_killed() -> None:
     assert orphans == [], [Path(f"/proc/{pid}/cmdline").read_bytes() for pid in orphans]
 
 
-@pytest.mark.slow
 def test_a_server_that_exits_takes_its_workers_along_and_its_status_is_kept() -> None:
     owner, group = _start("tied", server_seconds=1)
     try:

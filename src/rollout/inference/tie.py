@@ -8,8 +8,9 @@ other member, SIGKILL after GRACE_S seconds to those still there. So a server th
 own workers (vLLM's API server, engine core and workers) leaves nothing behind, and a member that
 ignores SIGTERM or is still starting up dies as well. It exits with COMMAND's exit status.
 
-COMMAND itself gets SIGTERM if this watchdog is killed. The file imports nothing from rollout: it
-runs by path, started by `rollout.inference.vllm_server.tied_command`.
+COMMAND itself gets SIGTERM if this watchdog is killed. `tied_command(command)` is the command
+line that runs `command` so (`rollout.inference.vllm_server` starts vLLM with it). The file
+imports nothing from rollout: the watchdog runs it by path.
 """
 
 from __future__ import annotations
@@ -21,10 +22,34 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
+from pathlib import Path
 
 PR_SET_PDEATHSIG = 1
 KILL_WAIT_S = 10.0
 """How long the watchdog keeps killing what is left of the group."""
+
+
+TIE_GRACE_S = 10.0
+"""Seconds the group gets between SIGTERM and SIGKILL when the watchdog ends it (below
+`VllmServer.stop`'s own timeout, so the watchdog finishes first)."""
+
+
+def tied_command(command: Sequence[str], grace: float = TIE_GRACE_S) -> list[str]:
+    """`command` run under this watchdog, which ends its whole process group when this process
+    dies, SIGKILL included; start it with `start_new_session=True`. Elsewhere than Linux
+    `command` is returned as it is.
+
+    The parent-death signal follows the thread that started the child: start it from a thread
+    that lives as long as this process.
+
+    Example:
+        >>> tied_command(["/usr/bin/python3", "-m", "http.server"])[-3:]
+        ['/usr/bin/python3', '-m', 'http.server']
+    """
+    if not sys.platform.startswith("linux"):
+        return list(command)
+    return [sys.executable, str(Path(__file__)), str(os.getpid()), str(grace), *command]
 
 
 def _ask_parent_death_signal() -> None:

@@ -31,13 +31,12 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from rollout.inference.base import BackendError
+from rollout.inference.tie import tied_command
 from rollout.inference.vllm_env import vllm_python
 from rollout.runs.config import RunConfig
 
@@ -251,29 +250,6 @@ class VllmServer:
             process.wait(5)
         except ProcessLookupError:
             pass
-
-
-TIE_GRACE_S = 10.0
-"""Seconds the group gets between SIGTERM and SIGKILL when the watchdog ends it (below `stop`'s
-own timeout, so the watchdog finishes first)."""
-
-
-def tied_command(command: Sequence[str], grace: float = TIE_GRACE_S) -> list[str]:
-    """`command` run under a watchdog (`rollout.inference.tie`) that ends its whole process group
-    when this process dies, SIGKILL included; start it with `start_new_session=True`. Elsewhere
-    than Linux `command` is returned as it is.
-
-    The parent-death signal follows the thread that started the child: start it from a thread
-    that lives as long as this process.
-
-    Example:
-        >>> tied_command(["/usr/bin/python3", "-m", "http.server"])[-3:]
-        ['/usr/bin/python3', '-m', 'http.server']
-    """
-    if not sys.platform.startswith("linux"):
-        return list(command)
-    watchdog = Path(__file__).with_name("tie.py")
-    return [sys.executable, str(watchdog), str(os.getpid()), str(grace), *command]
 
 
 def _tail(path: Path, lines: int = 15) -> str:
