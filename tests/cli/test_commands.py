@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -49,9 +50,39 @@ def test_run_prints_a_transcript(capsys: pytest.CaptureFixture[str]) -> None:
     assert "What is" in out and "assistant" in out and "reward 1" in out
 
 
-def test_runs_list_show_set_pause_resume(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = rollout(capsys, "run", "arithmetic.environment:environment", "--json")
-    run_id = json.loads(out)["run_id"]
+def test_run_ends_its_run_finished_or_failed_with_the_reason(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    out = rollout(capsys, "run", "arithmetic.environment:environment", "--json")[1]
+    out = rollout(capsys, "runs", "show", json.loads(out)["run_id"], "--json")[1]
+    assert json.loads(out)["state"] == "finished"
+    out = rollout(capsys, "run", "tests.launch.broken_env:environment", "--json")[1]
+    (seat,) = json.loads(out)["seats"]
+    assert seat["status"] == "failed"
+    out = rollout(capsys, "runs", "show", json.loads(out)["run_id"], "--json")[1]
+    detail = json.loads(out)
+    assert detail["state"] == "failed"
+    assert "the broken task cannot start" in detail["settings"]["error"], detail["settings"]
+
+
+def _train_run(database_url: str, tmp_path: Path) -> str:
+    """A training run, recorded as `rollout train` records one (no roles started)."""
+    from rollout.launch.new_run import create_run, training_config
+    from rollout.ledger import Ledger
+
+    async def create() -> str:
+        async with await Ledger.connect(database_url) as ledger:
+            config = training_config("cpu-tiny", steps=1)
+            spec = "arithmetic.environment:environment"
+            return (await create_run(ledger, spec, config, tmp_path, "controls")).run_id
+
+    return asyncio.run(create())
+
+
+def test_runs_list_show_set_pause_resume(
+    capsys: pytest.CaptureFixture[str], database_url: str, tmp_path: Path
+) -> None:
+    run_id = _train_run(database_url, tmp_path)
 
     code, out, _ = rollout(capsys, "runs", "list", "--json")
     assert code == 0
@@ -182,3 +213,16 @@ def test_a_bad_environment_variable_is_one_line(
     assert code == 2
     assert "ROLLOUT_DB_OUTAGE_S" in err and "'soon'" in err
     assert "Traceback" not in err
+
+
+def test_a_preset_whose_model_folder_is_missing_says_how_to_get_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # no models/Qwen3-8B-tokenizer here
+    code, _, err = rollout(
+        capsys, "train", "parity.environment:environment", "--preset", "tinker-qwen3-8b"
+    )
+    assert code == 2 and "Traceback" not in err
+    (line,) = [line for line in err.splitlines() if line.startswith("error:")]
+    assert "Qwen3-8B-tokenizer has no config.json; get it with: uv run hf download" in line
+    assert line == err.strip(), err  # one line, nothing else

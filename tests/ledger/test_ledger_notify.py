@@ -147,3 +147,29 @@ async def test_a_wait_that_began_while_the_listener_was_down_wakes_when_it_is_ba
     finally:
         await follower.close()
         await forwarder.stop()
+
+
+@pytest.mark.timeout(60)
+async def test_the_listener_stops_when_its_cancel_is_swallowed(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A connect that swallows the cancel landing in it (and then fails) does not keep the
+    listener's reconnect loop going."""
+    import contextlib
+
+    from rollout.ledger.notify import Listener
+
+    async def swallowing_connect(*args: object, **kwargs: object) -> psycopg.AsyncConnection:
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(3600)  # the library call in progress when the cancel lands
+        raise psycopg.OperationalError("connection attempt abandoned")
+
+    monkeypatch.setattr(psycopg.AsyncConnection, "connect", swallowing_connect)
+    listener = Listener(database_url, reconnect_delay=0.05)
+    listener.start()
+    task = listener._task  # pyright: ignore[reportPrivateUsage]
+    assert task is not None
+    await asyncio.sleep(0.3)  # inside its first connect
+    began = time.monotonic()
+    await listener.close()
+    assert task.done() and time.monotonic() - began < 5.0

@@ -50,6 +50,26 @@ async def test_pause_resume_and_max_lag(ledger: Ledger, serve_monitor: Serve) ->
         assert (await api.post("/api/runs/none/pause", json={})).status_code == 404
 
 
+async def test_run_controls_show_only_where_they_apply(
+    ledger: Ledger, serve_monitor: Serve
+) -> None:
+    spec = "parity.environment:environment"
+    train = await ledger.create_run("train", spec, {"kind": "train", "model": "m"})
+    done = await ledger.create_run("done", spec, {"kind": "train", "model": "m"})
+    await ledger.set_setting(done.run_id, "finished", True)
+    single = await ledger.create_run("single", spec, {"kind": "single", "model": "scripted"})
+    shown = {"pause": 'id="pause"', "max_lag": 'id="max-lag"', "plots": 'id="plots"'}
+    async with httpx.AsyncClient(base_url=await serve_monitor(ledger.url)) as api:
+        pages = {
+            run.name: (await api.get(f"/runs/{run.run_id}")).text for run in (train, done, single)
+        }
+    found = {
+        name: {c for c, marker in shown.items() if marker in page} for name, page in pages.items()
+    }
+    # A one-episode run (`rollout run`) has no steps to plot, nothing to pause, no max_lag.
+    assert found == {"train": set(shown), "done": {"plots"}, "single": set()}
+
+
 async def test_token_is_required_everywhere(ledger: Ledger, serve_monitor: Serve) -> None:
     await ledger.create_run("secret", "parity.environment:environment", {})
     base = await serve_monitor(ledger.url, token="s3cret")

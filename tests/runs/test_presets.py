@@ -38,7 +38,7 @@ def test_the_promised_presets_exist() -> None:
     assert one_gpu.backend == "vllm" and one_gpu.lora_rank == 32
     assert one_gpu.vllm.sleep_while_training and one_gpu.gpus_needed == 1
     assert one_gpu.gradient_checkpointing and one_gpu.micro_batch_tokens == 2048  # its budget
-    assert load_preset("multi-gpu-8b").gpus_needed == 2
+    assert load_preset("multi-gpu-8b").gpus_needed == 3  # a trainer GPU + vLLM over two more
     assert load_preset("tinker-qwen3-8b").provider == "tinker"
     assert load_preset("cpu-vllm").gpus_needed == 0
 
@@ -107,7 +107,8 @@ def test_the_refusal_comes_before_anything_starts(embedded_state_dir: Path) -> N
     )
     assert done.returncode == 2, done.stderr[-2000:]
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and "needs 2 CUDA GPU(s)" in errors[0], done.stderr[-2000:]
+    assert len(errors) == 1, done.stderr[-2000:]
+    assert "needs 3 CUDA GPU(s)" in errors[0] and "tensor_parallel_size 2" in errors[0], errors
     assert "Traceback" not in done.stderr
 
 

@@ -96,9 +96,9 @@ async def test_host_seats_and_retire(ledger: Ledger) -> None:
     assert [r.instance_id for r in await ledger.list_sandboxes()] == ["far"]
     # Shutdown retires only idle instances of the host.
     await ledger.register_sandbox("pool", "h", {}, seats=4, instance_id="idle")
-    retired = await ledger.retire_idle_sandboxes("h", ["pool"])
+    retired = await ledger.retire_idle_sandboxes("h", ["pool"], holder="r1")
     assert [r.instance_id for r in retired] == ["idle"]
-    assert await ledger.retire_idle_sandboxes("other") == []  # "far" is claimed
+    assert await ledger.retire_idle_sandboxes("other", holder="r1") == []  # "far" is claimed
 
 
 async def test_concurrent_claims_of_one_episode_share_an_instance(ledger: Ledger) -> None:
@@ -113,7 +113,13 @@ async def test_concurrent_claims_of_one_episode_share_an_instance(ledger: Ledger
 
 async def test_bad_input(ledger: Ledger) -> None:
     with pytest.raises(InvalidInput, match="seats"):
-        await ledger.register_sandbox("pool", "h", {}, seats=0)
+        await ledger.register_sandbox("pool", "h", {}, seats=0, instance_id="i0")
+    with pytest.raises(InvalidInput, match="instance_id must not be empty, got ''"):
+        await ledger.register_sandbox("pool", "h", {}, seats=1, instance_id="")
+    await ledger.register_sandbox("pool", "h", {}, seats=1, instance_id="i1")
+    await ledger.register_sandbox("pool", "h", {}, seats=1, instance_id="i1")  # nothing new
+    with pytest.raises(InvalidInput, match="'i1' is registered already, in pool 'pool' on host"):
+        await ledger.register_sandbox("other", "h", {}, seats=1, instance_id="i1")
     with pytest.raises(InvalidInput, match="lease_seconds"):
         await _claim(ledger, "e1", lease_seconds=0)
 

@@ -18,9 +18,10 @@ own environment (`rollout setup vllm`) with what the backend relies on:
   `--enable-sleep-mode` when the preset colocates inference and training.
 
 The process runs in its own process group; `stop()` ends that group (vLLM spawns an engine
-core and workers). On Linux it is also tied to the process that started it (`tied_command`): if
-that process dies without calling `stop()` (kill -9, a crash, a test's timeout), the kernel sends
-the server SIGTERM, so no orphaned server holds the machine's memory and cores.
+core and workers). On Linux a watchdog heads the group (`tied_command`): if the process that
+started the server dies without calling `stop()` (kill -9, a crash, a test's timeout), the
+kernel tells the watchdog, which ends every process of the group (SIGTERM, then SIGKILL), so no
+orphaned server, engine core or worker holds the machine's memory and cores.
 """
 
 from __future__ import annotations
@@ -30,13 +31,12 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from rollout.inference.base import BackendError
+from rollout.inference.tie import tied_command
 from rollout.inference.vllm_env import vllm_python
 from rollout.runs.config import RunConfig
 
@@ -250,32 +250,6 @@ class VllmServer:
             process.wait(5)
         except ProcessLookupError:
             pass
-
-
-_TIE = (
-    "import ctypes, os, signal, sys\n"
-    "ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG\n"
-    "if os.getppid() != int(sys.argv[1]):\n"
-    "    sys.exit(1)  # the parent died before the request\n"
-    "os.execv(sys.argv[2], sys.argv[2:])\n"
-)
-
-
-def tied_command(command: Sequence[str]) -> list[str]:
-    """`command` (a Python interpreter's command line) so that it gets SIGTERM if this process
-    dies: its interpreter first asks Linux for a parent-death signal, then becomes `command` (the
-    request survives `execv`). Elsewhere `command` is returned as it is.
-
-    The signal follows the thread that started the child: start it from a thread that lives as
-    long as this process.
-
-    Example:
-        >>> tied_command(["/usr/bin/python3", "-m", "http.server"])[-3:]
-        ['/usr/bin/python3', '-m', 'http.server']
-    """
-    if not sys.platform.startswith("linux"):
-        return list(command)
-    return [command[0], "-c", _TIE, str(os.getpid()), *command]
 
 
 def _tail(path: Path, lines: int = 15) -> str:

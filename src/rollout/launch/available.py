@@ -25,9 +25,12 @@ def require_available(config: RunConfig) -> None:
     if needed:
         have = _cuda_devices()
         if have < needed:
+            engine = ""
+            if config.backend == "vllm":
+                engine = f", vLLM tensor_parallel_size {config.vllm.tensor_parallel_size}"
             raise Unavailable(
                 f"preset {config.name!r} needs {needed} CUDA GPU(s) (device {config.device!r}, "
-                f"backend {config.backend!r}); this machine has {have}"
+                f"backend {config.backend!r}{engine}); this machine has {have}"
             )
     if config.backend == "vllm" and config.vllm.url is None:
         from rollout.inference.vllm_env import VllmEnvError, vllm_python

@@ -15,7 +15,8 @@ def resolve_model(config: RunConfig, override: str | None = None) -> Path:
     tiny model under `<state>/models/`, built once per recipe.
 
     Raises:
-        RolloutError: the preset names no model, or the folder has no `config.json`.
+        RolloutError: the preset names no model, or the folder has no `config.json` (with the
+            preset's `model.get` command, when it has one).
     """
     if override:
         path = Path(override).resolve()
@@ -26,7 +27,8 @@ def resolve_model(config: RunConfig, override: str | None = None) -> Path:
     else:
         raise RolloutError("the preset names no model: set model.path or model.init")
     if not (path / "config.json").is_file():
-        raise RolloutError(f"model folder {path} has no config.json")
+        fetch = f"; get it with: {config.model.get}" if config.model.get and not override else ""
+        raise RolloutError(f"model folder {path} has no config.json{fetch}")
     return path
 
 

@@ -19,6 +19,7 @@ from rollout.inference.scripted import environment_backend
 from rollout.launch.serve import serve_gateway
 from rollout.ledger import EpisodeSpec, Ledger
 from rollout.runners.runner import Runner
+from rollout.runs import live
 
 
 async def play_one_episode(spec: str, *, model: str = "scripted", seed: int = 0) -> dict[str, Any]:
@@ -47,20 +48,20 @@ async def play_one_episode(spec: str, *, model: str = "scripted", seed: int = 0)
                 )
             ],
         )
-        server = await serve_gateway(ledger, renderer, backend, model_name=model)
-        runner = Runner(ledger, f"{server.url}/v1", run_id=run.run_id, runner_id="rollout-run")
         try:
-            claims = []
-            for _ in range(environment.agents):
-                claim = await ledger.claim_seat(runner.runner_id, run_id=run.run_id)
-                if claim is None:
-                    raise RolloutError(f"could not claim a seat of episode {episode_id}")
-                claims.append(claim)
-            results = await asyncio.gather(*(runner.play(c) for c in claims))
-        finally:
-            await runner.close()
-            await server.stop()
-        record = await ledger.episode(episode_id)
+            claims, results = await _play(ledger, run.run_id, episode_id, environment.agents,
+                                          renderer, backend, model)  # fmt: skip
+            record = await ledger.episode(episode_id)
+        except Exception as error:
+            await _end_run(ledger, run.run_id, f"{type(error).__name__}: {error}")
+            raise
+        except BaseException:  # Ctrl-C, a cancel: stopped, not failed
+            await ledger.set_setting(run.run_id, live.STATUS, "stopped")
+            raise
+        failed = [end for end in record.ends if end.status != "completed"]
+        await _end_run(
+            ledger, run.run_id, f"agent {failed[0].agent}: {failed[0].error}" if failed else None
+        )
     finally:
         await ledger.close()
         await backend.close()
@@ -95,3 +96,32 @@ async def play_one_episode(spec: str, *, model: str = "scripted", seed: int = 0)
         "parameters": parameters,
         "seats": seats,
     }
+
+
+async def _play(
+    ledger: Ledger, run_id: str, episode_id: str, agents: int, renderer: Any, backend: Any,
+    model: str,
+) -> tuple[list[Any], list[Any]]:  # fmt: skip
+    """Claim every seat of the episode and play them through an in-process gateway."""
+    server = await serve_gateway(ledger, renderer, backend, model_name=model)
+    runner = Runner(ledger, f"{server.url}/v1", run_id=run_id, runner_id="rollout-run")
+    try:
+        claims = []
+        for _ in range(agents):
+            claim = await ledger.claim_seat(runner.runner_id, run_id=run_id)
+            if claim is None:
+                raise RolloutError(f"could not claim a seat of episode {episode_id}")
+            claims.append(claim)
+        return claims, list(await asyncio.gather(*(runner.play(c) for c in claims)))
+    finally:
+        await runner.close()
+        await server.stop()
+
+
+async def _end_run(ledger: Ledger, run_id: str, error: str | None) -> None:
+    """The one-episode run is over: finished, or failed with `error` (one line)."""
+    if error is None:
+        await ledger.set_setting(run_id, live.FINISHED, True)
+        return
+    await ledger.set_setting(run_id, live.ERROR, error.splitlines()[0] if error else error)
+    await ledger.set_setting(run_id, live.STATUS, "failed")

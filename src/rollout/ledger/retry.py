@@ -12,8 +12,9 @@ Why rerunning a whole call is safe: every ledger write is idempotent on a natura
 CONFLICT DO NOTHING, "append unless the latest row says the same", fenced inserts), so a call
 whose COMMIT was lost with the connection stores its fact once when it runs again; its second
 run may return False ("already there"). Claims (seats, leases) are not idempotent but safe to
-repeat: a lost claim's attempt is superseded by the new one and nothing was written under it.
-The writes that are neither are listed in `NOT_RETRIED` and fail at once as before.
+repeat: a lost claim's attempt is superseded by the new one and nothing was written under it
+(a sandbox claim rerun by the seat attempt that made it finds it and prepares it as before).
+Calls that hold their own connection (`listen`, `wait`) are listed in `NOT_RETRIED`.
 
 Example:
     >>> import psycopg
@@ -60,14 +61,6 @@ NOT_RETRIED = frozenset(
         "close",
         "listen",
         "wait",
-        # Sandbox writes append a sandbox_events row without a natural key (and registering
-        # twice is a duplicate key): rerun after a lost COMMIT, they would write twice.
-        "register_sandbox",
-        "claim_sandbox",
-        "sandbox_ready",
-        "finish_sandbox_seat",
-        "retire_sandbox",
-        "retire_idle_sandboxes",
     }
 )
 """Public ledger methods that are not retried (see the module docstring)."""

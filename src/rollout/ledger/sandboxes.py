@@ -118,13 +118,18 @@ _SELECT_RECORD: LiteralString = (
 )
 _INSERT_EVENT: LiteralString = (
     "INSERT INTO sandbox_events (instance_id, epoch, event, episode_id, holder, detail)"
-    " VALUES (%s, %s, %s, %s, %s, %s)"
+    " VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (instance_id, epoch, event) DO NOTHING"
 )
 _REGISTER: LiteralString = (
     "INSERT INTO sandboxes (instance_id, pool, host, details, seats) VALUES (%s, %s, %s, %s, %s)"
+    " ON CONFLICT (instance_id) DO NOTHING"
+)
+_CLAIM_DETAIL: LiteralString = (
+    "SELECT detail FROM sandbox_events WHERE instance_id = %s AND epoch = %s AND event = 'claimed'"
 )
 _LIVE_CLAIM_OF_EPISODE: LiteralString = (
-    "SELECT instance_id, pool, epoch, details, ready, agents, members, finished FROM sandboxes"
+    "SELECT instance_id, pool, epoch, details, ready, agents, members, finished, holder, claimer"
+    " FROM sandboxes"
     " WHERE episode_id = %s AND pool = %s AND NOT retired AND expires_at > now()"
     " FOR UPDATE"
 )
@@ -148,6 +153,7 @@ _PICK_INSTANCE: LiteralString = (
 _CLAIM: LiteralString = (
     "UPDATE sandboxes SET epoch = epoch + 1, episode_id = %(episode)s, run_id = %(run)s,"
     " holder = %(holder)s, agents = %(agents)s, members = %(members)s, finished = '{}',"
+    " claimer = %(agent)s,"
     " ready = false, clean = false,"
     " expires_at = now() + make_interval(secs => %(lease)s)"
     " WHERE instance_id = %(instance)s RETURNING pool, epoch, details"
@@ -168,6 +174,11 @@ _FINISH: LiteralString = (
     " WHERE instance_id = %(instance)s AND epoch = %(epoch)s AND episode_id IS NOT NULL"
     " RETURNING cardinality(finished) >= agents AS all_done, episode_id, holder"
 )
+_RELEASED: LiteralString = (
+    "SELECT 1 AS released FROM sandboxes s JOIN sandbox_events e USING (instance_id)"
+    " WHERE s.instance_id = %(instance)s AND s.epoch = %(epoch)s AND s.episode_id IS NULL"
+    "   AND %(agent)s = ANY(s.finished) AND e.epoch = %(epoch)s AND e.event = 'released'"
+)
 _RELEASE: LiteralString = (
     "UPDATE sandboxes SET episode_id = NULL, run_id = NULL, holder = NULL, expires_at = NULL,"
     " ready = false WHERE instance_id = %s"
@@ -177,11 +188,18 @@ _RETIRE: LiteralString = (
     " WHERE instance_id = %s AND NOT retired RETURNING epoch"
 )
 _RETIRE_IDLE: LiteralString = (
-    "UPDATE sandboxes SET retired = true WHERE NOT retired AND host = %s"
-    " AND (%s::text[] IS NULL OR pool = ANY(%s::text[]))"
+    "UPDATE sandboxes SET retired = true WHERE NOT retired AND host = %(host)s"
+    " AND (%(pools)s::text[] IS NULL OR pool = ANY(%(pools)s::text[]))"
     " AND (episode_id IS NULL OR expires_at <= now())"
-    " RETURNING instance_id, epoch, details, pool"
+    " RETURNING instance_id, epoch"
 )
+_RETIRED_AT_SHUTDOWN: LiteralString = (
+    "SELECT s.instance_id FROM sandboxes s JOIN sandbox_events e USING (instance_id)"
+    " WHERE s.host = %(host)s AND (%(pools)s::text[] IS NULL OR s.pool = ANY(%(pools)s::text[]))"
+    "   AND e.event = 'retired' AND e.holder = %(holder)s AND e.detail = %(detail)s"
+    " ORDER BY s.created_at, s.instance_id"
+)
+IDLE_AT_SHUTDOWN = "idle at shutdown"
 
 
 def _positive(field: str, value: float) -> float:
@@ -208,6 +226,7 @@ async def _claim_new(
     episode_id: str,
     run_id: str,
     agents: int,
+    agent: int,
     holder: str,
     member: Jsonb,
     lease: float,
@@ -231,6 +250,7 @@ async def _claim_new(
             "members": member,
             "lease": lease,
             "instance": instance,
+            "agent": agent,
         },
     )
     claimed = await cursor.fetchone()
@@ -240,6 +260,16 @@ async def _claim_new(
     )
     return SandboxClaim(
         instance, pool, claimed["epoch"], episode_id, {}, False, False, False, agents, True
+    )
+
+
+def _own_claim(live: Mapping[str, Any], agent: int, attempt: int, holder: str) -> bool:
+    """Whether the live claim was made by this seat attempt itself (and not prepared yet)."""
+    return (
+        live["claimer"] == agent
+        and live["holder"] == holder
+        and live["members"].get(str(agent)) == attempt
+        and not live["ready"]
     )
 
 
@@ -253,18 +283,31 @@ class SandboxesMixin(LedgerConnection):
         details: Mapping[str, Any],
         *,
         seats: int,
-        instance_id: str | None = None,
+        instance_id: str,
     ) -> SandboxRecord:
-        """Record a started, clean instance of `pool` on `host`; returns its record."""
+        """Record a started, clean instance `instance_id` of `pool` on `host`; returns its
+        record. Registering it again with the same pool and host changes nothing.
+
+        Raises:
+            InvalidInput: an empty pool or instance id, seats below 1, or `instance_id`
+                registered already with another pool or host.
+        """
         if not pool:
             raise InvalidInput(f"pool must not be empty, got {pool!r}")
+        if not instance_id:
+            raise InvalidInput(f"instance_id must not be empty, got {instance_id!r}")
         if isinstance(seats, bool) or not isinstance(seats, int) or seats < 1:
             raise InvalidInput(f"seats must be an integer >= 1, got {seats!r}")
-        instance = instance_id or f"{pool}-{secrets.token_hex(4)}"
         async with self._pool.connection() as conn, conn.transaction():
-            await conn.execute(_REGISTER, (instance, pool, host, Jsonb(dict(details)), seats))
-            await conn.execute(_INSERT_EVENT, (instance, 0, "started", None, None, host))
-        return await self.sandbox(instance)
+            await conn.execute(_REGISTER, (instance_id, pool, host, Jsonb(dict(details)), seats))
+            await conn.execute(_INSERT_EVENT, (instance_id, 0, "started", None, None, host))
+        record = await self.sandbox(instance_id)
+        if (record.pool, record.host) != (pool, host):
+            raise InvalidInput(
+                f"instance_id {instance_id!r} is registered already, in pool {record.pool!r} "
+                f"on host {record.host!r}"
+            )
+        return record
 
     async def claim_sandbox(
         self,
@@ -310,6 +353,17 @@ class SandboxesMixin(LedgerConnection):
             cursor = await conn.execute(_LIVE_CLAIM_OF_EPISODE, (episode_id, pool))
             live = await cursor.fetchone()
             member = Jsonb({str(agent): attempt})
+            if live is not None and _own_claim(live, agent, attempt, holder):
+                # This very seat attempt made the claim (its COMMIT's answer was lost and the
+                # call runs again): it still has to prepare the instance, as it would have.
+                cursor = await conn.execute(_CLAIM_DETAIL, (live["instance_id"], live["epoch"]))
+                claimed = await cursor.fetchone()
+                detail = claimed["detail"] if claimed is not None else None
+                return SandboxClaim(
+                    live["instance_id"], live["pool"], live["epoch"], episode_id,
+                    live["details"], False, detail == "needs reset", False, live["agents"],
+                    detail == "new",
+                )  # fmt: skip
             if live is not None:
                 previous = live["members"].get(str(agent))
                 others = [
@@ -335,8 +389,8 @@ class SandboxesMixin(LedgerConnection):
                 if max_instances is None or host is None:
                     return None
                 return await _claim_new(
-                    conn, pool, host, max_instances, seats, episode_id, run_id, agents, holder,
-                    member, lease,
+                    conn, pool, host, max_instances, seats, episode_id, run_id, agents, agent,
+                    holder, member, lease,
                 )  # fmt: skip
             instance, clean = free["instance_id"], free["clean"]
             old_epoch, old_episode, old_holder = free["epoch"], free["episode_id"], free["holder"]
@@ -355,6 +409,7 @@ class SandboxesMixin(LedgerConnection):
                     "members": member,
                     "lease": lease,
                     "instance": instance,
+                    "agent": agent,
                 },
             )
             row = await cursor.fetchone()
@@ -406,6 +461,10 @@ class SandboxesMixin(LedgerConnection):
             )
             row = await cursor.fetchone()
             if row is None:
+                fence = {"agent": agent, "instance": claim.instance_id, "epoch": claim.epoch}
+                cursor = await conn.execute(_RELEASED, fence)
+                if await cursor.fetchone() is not None:
+                    return True  # this call released it; its answer was lost on the way
                 raise _stale(claim, f"finish agent {agent}")
             if not row["all_done"]:
                 return False
@@ -437,19 +496,24 @@ class SandboxesMixin(LedgerConnection):
         return True
 
     async def retire_idle_sandboxes(
-        self, host: str, pools: Sequence[str] | None = None
+        self, host: str, pools: Sequence[str] | None = None, *, holder: str
     ) -> list[SandboxRecord]:
         """Retire the unclaimed (or expired) instances on `host` (of `pools`, if given) in one
-        statement, so none of them can be claimed any more; returns them to be stopped."""
-        ids = list(pools) if pools is not None else None
+        statement, so none of them can be claimed any more; returns them to be stopped: every
+        instance `holder` (the process shutting down) retired so, a rerun of the call
+        included."""
+        keys = {"host": host, "pools": list(pools) if pools is not None else None}
         async with self._pool.connection() as conn, conn.transaction():
-            cursor = await conn.execute(_RETIRE_IDLE, (host, ids, ids))
-            rows = await cursor.fetchall()
-            for row in rows:
+            cursor = await conn.execute(_RETIRE_IDLE, keys)
+            for row in await cursor.fetchall():
                 await conn.execute(
                     _INSERT_EVENT,
-                    (row["instance_id"], row["epoch"], "retired", None, None, "idle at shutdown"),
+                    (row["instance_id"], row["epoch"], "retired", None, holder, IDLE_AT_SHUTDOWN),
                 )
+            cursor = await conn.execute(
+                _RETIRED_AT_SHUTDOWN, {**keys, "holder": holder, "detail": IDLE_AT_SHUTDOWN}
+            )
+            rows = await cursor.fetchall()
         return [await self.sandbox(row["instance_id"]) for row in rows]
 
     async def sandbox(self, instance_id: str) -> SandboxRecord:

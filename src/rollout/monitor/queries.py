@@ -5,9 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from rollout.contracts import Turn
-from rollout.ledger import EpisodeRecord, Ledger
+from rollout.ledger import EpisodeRecord, Ledger, RunRecord
 from rollout.ledger.runs import shown_settings
+from rollout.runs.errors import InvalidRunSpec
 from rollout.runs.live import RunSettings
+from rollout.runs.spec import RunSpec
 
 
 def turn_json(turn: Turn) -> dict[str, Any]:
@@ -103,6 +105,15 @@ async def episode_rows(ledger: Ledger, run: str, limit: int) -> list[dict[str, A
 def run_state(settings: dict[str, Any]) -> str:
     """The run's state from its raw settings (`RunSettings.state`)."""
     return RunSettings.of(settings).state
+
+
+def trains(record: RunRecord) -> bool:
+    """Whether the run trains (a `train` run): only those have steps to plot, episodes to pause
+    and a max_lag to set. A run whose spec cannot be read counts as one (its controls stay)."""
+    try:
+        return RunSpec.of(record).kind == "train"
+    except InvalidRunSpec:
+        return True
 
 
 async def run_summaries(ledger: Ledger) -> list[dict[str, Any]]:

@@ -34,7 +34,7 @@ from rollout.ledger.leases import lease_role, trainer_lease, trainer_run
 from rollout.ledger.monitor import MonitorReads
 from rollout.ledger.runs import shown_settings
 from rollout.monitor.errors import BadParameter, bounded
-from rollout.monitor.queries import run_state
+from rollout.monitor.queries import run_state, trains
 from rollout.runs.live import MAX_LAG, parse_max_lag
 
 MAX_RUNS = 200
@@ -136,6 +136,7 @@ class MonitorStore:
             "config": record.config,
             "settings": shown_settings(settings),
             "state": run_state(settings),
+            "trains": trains(record),
             "max_lag": settings.get(MAX_LAG),
             "episodes": counts,
             "counts": {name: row[name] for name in names},

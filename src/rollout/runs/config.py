@@ -54,10 +54,14 @@ class ModelInit(BaseModel):
 
 
 class ModelSource(BaseModel):
+    """The run's model: a Hugging Face folder (`path`) or a tiny one to build (`init`)."""
+
     model_config = ConfigDict(extra="forbid")
 
     path: str | None = None
     init: ModelInit | None = None
+    get: str | None = None
+    """The command that fetches `path` (shown when the folder is missing)."""
 
 
 class VllmOptions(BaseModel):
@@ -266,10 +270,20 @@ class RunConfig(BaseModel):
 
     @property
     def gpus_needed(self) -> int:
-        """CUDA GPUs the preset needs on this machine."""
-        needed = 1 if self.gpus else 0
-        if self.device.startswith("cuda"):
-            needed = max(needed, 1)
+        """CUDA GPUs the preset needs on this machine: the torch trainer's (one on a `cuda`
+        device) plus a vLLM engine's own (`tensor_parallel_size` on `cuda`), or the larger of
+        the two when they share GPUs (`vllm.sleep_while_training`, or `gpus` below 1).
+
+        Example:
+            >>> RunConfig(device="cuda:0", backend="vllm", vllm={"tensor_parallel_size": 2},
+            ...           model={"init": {"heads": 2}}).gpus_needed
+            3
+        """
+        trainer = 0
+        if self.provider == "torch" and (self.gpus or self.device.startswith("cuda")):
+            trainer = 1
+        engine = 0
         if self.backend == "vllm" and self.vllm.url is None and self.vllm_device == "cuda":
-            needed = max(needed, self.vllm.tensor_parallel_size)
-        return needed
+            engine = self.vllm.tensor_parallel_size
+        shared = self.vllm.sleep_while_training or (self.gpus is not None and self.gpus < 1)
+        return max(trainer, engine) if shared else trainer + engine

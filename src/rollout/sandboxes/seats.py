@@ -234,7 +234,9 @@ class SandboxSeats:
         """Stop the idle instances of these pools on this host (a clean shutdown)."""
         if not pools:
             return
-        for record in await self.ledger.retire_idle_sandboxes(self.host, list(pools)):
+        for record in await self.ledger.retire_idle_sandboxes(
+            self.host, list(pools), holder=self.holder
+        ):
             pool = pools.get(record.pool)
             if pool is None or not pool.local:
                 continue
