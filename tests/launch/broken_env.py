@@ -1,4 +1,5 @@
-"""An environment whose Task.start raises: every episode fails."""
+"""Environments whose Task raises: in `start()` (`environment`) or in `respond()`
+(`broken_grader`); every episode fails."""
 
 from __future__ import annotations
 
@@ -25,3 +26,23 @@ environment = Environment(
     sampling={"max_tokens": 4, "temperature": 1.0},
     warmup=format_example,
 )
+
+
+class BrokenGrader(Task):
+    async def start(self, run: RunContext) -> Observation:
+        return Observation(self.parameters["number"])
+
+    async def respond(self, run: RunContext, reply: Message) -> Observation:
+        raise RuntimeError("the broken task cannot grade")
+
+
+broken_grader = Environment(
+    name="broken-grader",
+    task=BrokenGrader,
+    parameters=draw_number,
+    group_size=8,
+    max_turns=1,
+    sampling={"max_tokens": 4, "temperature": 1.0},
+    warmup=format_example,
+)
+"""Starts well, but its `respond()` raises: every episode fails at its first reply."""

@@ -120,9 +120,9 @@ def _retention_line(detail: dict[str, Any]) -> str:
 
 
 async def _set_settings(run: str, values: dict[str, Any]) -> str:
-    from rollout.ledger import Ledger
+    from rollout.ledger import COMMAND_WAIT_S, Ledger
 
-    ledger = await Ledger.connect()
+    ledger = await Ledger.connect(wait_s=COMMAND_WAIT_S)
     try:
         record = await ledger.get_run(run)
         for key, value in values.items():

@@ -35,9 +35,10 @@ from typing import Any
 
 from rich.console import Console
 
+from rollout.blobs import BlobStore
 from rollout.errors import RolloutError
 from rollout.harness.loading import load_environment
-from rollout.harness.preflight import start_problem
+from rollout.harness.preflight import preflight
 from rollout.launch.evaluator.role import wait_for_evals
 from rollout.launch.local import role_argv
 from rollout.launch.model_folder import resolve_model
@@ -46,7 +47,7 @@ from rollout.launch.owner import owned_env
 from rollout.launch.presets import stored_preset
 from rollout.launch.progress import TrainingProgress, watch_training
 from rollout.launch.summary import print_summary, summarize
-from rollout.ledger import Ledger, RunRecord, ledger_url
+from rollout.ledger import COMMAND_WAIT_S, Ledger, RunRecord, ledger_url
 from rollout.runs import live
 from rollout.runs.config import RunConfig
 from rollout.settings import get_settings
@@ -131,11 +132,13 @@ def train_command(
     """
     began = time.time()
     environment = load_environment(spec)
-    problem = asyncio.run(start_problem(environment))
+    problem = asyncio.run(preflight(environment))
     if problem is not None:  # a broken task fails in seconds, not after the model's warm-up
         raise RolloutError(
             f"{spec}: {problem} (`uv run rollout env check {spec}` shows the traceback)"
         )
+    # Checkpoints must have somewhere to go before a model is built or a role started.
+    BlobStore.from_url().check_writable()
     # A preset stored in the ledger (`rollout preset load`) wins over the built-in one.
     base = stored_preset(preset)
     config = training_config(base or preset, overrides, steps=steps, max_lag=max_lag)
@@ -166,7 +169,7 @@ async def _train(
     launcher: str = "local",
 ) -> dict[str, Any]:
     url = await asyncio.to_thread(ledger_url)  # may start the embedded Postgres
-    async with await Ledger.connect(url, max_size=2) as ledger:
+    async with await Ledger.connect(url, max_size=2, wait_s=COMMAND_WAIT_S) as ledger:
         run = await create_run(ledger, spec, config, model_path, name)
         console.print(
             f"run [bold]{run.name}[/] ({run.run_id}): {spec}, preset {config.name}, "
