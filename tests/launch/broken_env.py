@@ -17,17 +17,6 @@ class Broken(Task):
         raise AssertionError("never reached")
 
 
-environment = Environment(
-    name="broken",
-    task=Broken,
-    parameters=draw_number,
-    group_size=8,
-    max_turns=1,
-    sampling={"max_tokens": 4, "temperature": 1.0},
-    warmup=format_example,
-)
-
-
 class BrokenGrader(Task):
     async def start(self, run: RunContext) -> Observation:
         return Observation(self.parameters["number"])
@@ -36,13 +25,19 @@ class BrokenGrader(Task):
         raise RuntimeError("the broken task cannot grade")
 
 
-broken_grader = Environment(
-    name="broken-grader",
-    task=BrokenGrader,
-    parameters=draw_number,
-    group_size=8,
-    max_turns=1,
-    sampling={"max_tokens": 4, "temperature": 1.0},
-    warmup=format_example,
-)
+def _parity_shaped(name: str, task: type[Task]) -> Environment:
+    """`task` with parity's numbers, group size, sampling and warm-up."""
+    return Environment(
+        name=name,
+        task=task,
+        parameters=draw_number,
+        group_size=8,
+        max_turns=1,
+        sampling={"max_tokens": 4, "temperature": 1.0},
+        warmup=format_example,
+    )
+
+
+environment = _parity_shaped("broken", Broken)
+broken_grader = _parity_shaped("broken-grader", BrokenGrader)
 """Starts well, but its `respond()` raises: every episode fails at its first reply."""
