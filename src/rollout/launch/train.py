@@ -37,6 +37,7 @@ from rich.console import Console
 
 from rollout.blobs import BlobStore
 from rollout.errors import RolloutError
+from rollout.harness import Environment
 from rollout.harness.loading import load_environment
 from rollout.harness.preflight import preflight
 from rollout.launch.evaluator.role import wait_for_evals
@@ -111,6 +112,29 @@ def _hangup_stops(task: asyncio.Task[Any] | None) -> Iterator[None]:
             loop.remove_signal_handler(signum)
 
 
+def warmup_note(environment: Environment, config: RunConfig) -> str | None:
+    """The line `rollout train` prints when its preset asks for a format warm-up that the
+    environment cannot give (it has no `warmup`), or None.
+
+    Example:
+        >>> import dataclasses
+        >>> from rollout.runs.presets import load_preset
+        >>> from parity.environment import environment as parity
+        >>> bare = dataclasses.replace(parity, name="words", warmup=None)
+        >>> print(warmup_note(bare, load_preset("cpu-tiny")))  # doctest: +NORMALIZE_WHITESPACE
+        no format warm-up: words has none (Environment(warmup=...),
+        docs/write-an-environment.md); RL starts from the untrained model
+        >>> warmup_note(parity, load_preset("cpu-tiny")) is None
+        True
+    """
+    if not config.warmup_steps or environment.warmup is not None:
+        return None
+    return (
+        f"no format warm-up: {environment.name} has none (Environment(warmup=...), "
+        "docs/write-an-environment.md); RL starts from the untrained model"
+    )
+
+
 def train_command(
     spec: str,
     *,
@@ -153,6 +177,7 @@ def train_command(
             console=console,
             began=began,
             launcher=launcher,
+            note=warmup_note(environment, config),
         )
     )
 
@@ -167,6 +192,7 @@ async def _train(
     console: Console,
     began: float,
     launcher: str = "local",
+    note: str | None = None,
 ) -> dict[str, Any]:
     url = await asyncio.to_thread(ledger_url)  # may start the embedded Postgres
     async with await Ledger.connect(url, max_size=2, wait_s=COMMAND_WAIT_S) as ledger:
@@ -175,6 +201,8 @@ async def _train(
             f"run [bold]{run.name}[/] ({run.run_id}): {spec}, preset {config.name}, "
             f"{config.steps} steps, max_lag {config.max_lag}, model {model_path}"
         )
+        if note is not None:
+            console.print(note, style="yellow", highlight=False, soft_wrap=True)
         if cluster:
             console.print("created; the cluster's trainer, gateway and runners will pick it up")
             return {"run_id": run.run_id, "name": run.name, "status": "created"}
