@@ -8,7 +8,7 @@
 # Two stages: `build` resolves the locked dependencies with uv into /opt/venv; the runtime
 # stage copies only that environment and runs as an unprivileged user.
 
-ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+ARG PYTHON_IMAGE=python:3.13-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS build
 COPY --from=ghcr.io/astral-sh/uv:0.8 /uv /uvx /bin/
@@ -29,11 +29,12 @@ RUN uv export --frozen --no-dev --extra cluster --no-emit-workspace --no-hashes 
  && uv pip install --index-url "$TORCH_INDEX" "$torch" \
  && uv pip install -r /tmp/requirements.txt
 # The three workspace packages (the platform, the contracts library, the example environments)
-# and the shipped presets, which the platform's wheel includes.
+# and the shipped presets and eval suites, which the platform's wheel includes.
 COPY src/ src/
 COPY packages/rolloutlib/rolloutlib/ packages/rolloutlib/rolloutlib/
 COPY environments/ environments/
 COPY deploy/chart/rollout/files/presets/ deploy/chart/rollout/files/presets/
+COPY evals/ evals/
 RUN uv pip install --no-deps . ./packages/rolloutlib ./environments
 
 FROM ${PYTHON_IMAGE} AS runtime

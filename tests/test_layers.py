@@ -23,6 +23,7 @@ LAYERS: dict[str, int] = {
     "settings": 1,
     "tasks": 1,
     "procs": 1,
+    "shipped": 1,
     # 2: a run's configuration and live settings, as typed records
     "runs": 2,
     # 3: storage, rendering, models, HTTP

@@ -1,5 +1,5 @@
-"""Releases: one version per package, and a tag workflow that publishes it with PyPI Trusted
-Publishing."""
+"""Releases: one version per package, a CI workflow that runs .ci/run on pushes and pull requests,
+and a tag workflow that runs the same checks, then publishes with PyPI Trusted Publishing."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import rollout
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOW = ROOT / ".github" / "workflows" / "release.yml"
+CI = ROOT / ".github" / "workflows" / "ci.yml"
 PACKAGES = {
     "rollout": (ROOT / "pyproject.toml", "src/rollout/__init__.py", rollout.__version__),
     "rolloutlib": (
@@ -50,3 +51,20 @@ def test_the_release_workflow_publishes_on_a_matching_tag_with_trusted_publishin
     assert "init=src/rollout/__init__.py" in script
     assert "init=packages/rolloutlib/rolloutlib/__init__.py" in script
     assert "uv build --package" in script
+    # rollout's tag also builds the package it depends on; one already published is skipped.
+    assert "also=rollout-environments" in script
+    (published,) = [s for s in publish["steps"] if "pypi-publish" in s.get("uses", "")]
+    assert published["with"]["skip-existing"] is True
+
+
+def test_ci_runs_the_checks_and_the_release_waits_for_them() -> None:
+    ci = yaml.safe_load(CI.read_text())
+    triggers = ci[True]
+    assert "pull_request" in triggers and triggers["push"]["branches"] == ["main"]
+    assert "workflow_call" in triggers  # the release calls it
+    steps = ci["jobs"]["checks"]["steps"]
+    assert any(step.get("run") == "bash .ci/run" for step in steps)
+    assert ci["jobs"]["checks"]["timeout-minutes"] == 90  # CONTRIBUTING.md's hard limit
+    release = yaml.safe_load(WORKFLOW.read_text())["jobs"]
+    assert release["checks"]["uses"] == "./.github/workflows/ci.yml"
+    assert release["build"]["needs"] == "checks" and release["publish"]["needs"] == "build"

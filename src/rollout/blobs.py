@@ -40,7 +40,7 @@ from typing import IO, Any
 from urllib.parse import parse_qs, urlsplit
 
 from rollout.errors import RolloutError
-from rollout.settings import get_settings
+from rollout.settings import BLOB_SCHEMES, get_settings
 from rollout.settings import state_dir as resolve_state_dir
 
 MARKER = ".rollout-complete"
@@ -80,11 +80,15 @@ class BlobStore:
         """The store at `url` (default: ROLLOUT_BLOB_URL, else `<state_dir>/blobs`)."""
         chosen = url or default_blob_url()
         scheme = urlsplit(chosen).scheme
-        if scheme in ("s3", "s3a"):
+        if scheme in BLOB_SCHEMES and scheme.startswith("s3"):
             return S3BlobStore(chosen)
-        if scheme in ("", "file") or (len(scheme) == 1 and os.name == "nt"):
+        if scheme in BLOB_SCHEMES or (len(scheme) == 1 and os.name == "nt"):
             return LocalBlobStore(chosen)
         raise BlobError(f"blob store URL {chosen!r} has an unsupported scheme {scheme!r}")
+
+    def check_writable(self) -> None:
+        """Raise `BlobError` (one line naming the URL) when files cannot be written here; a
+        local folder is created if needed. S3 is not probed (its errors come with each write)."""
 
     # The interface; both backends implement every method.
 
@@ -178,6 +182,18 @@ class LocalBlobStore(BlobStore):
 
     def uri(self, key: str) -> str:
         return str(self.path(key))
+
+    def check_writable(self) -> None:
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            probe = self._temp_beside(self.root / "probe")
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as error:
+            raise BlobError(
+                f"cannot write blobs to {self.url!r} ({error.strerror or error}: "
+                f"{error.filename}); set ROLLOUT_BLOB_URL to a writable folder or s3:// URL"
+            ) from None
 
     def _temp_beside(self, target: Path) -> Path:
         target.parent.mkdir(parents=True, exist_ok=True)

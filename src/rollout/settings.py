@@ -40,6 +40,13 @@ Example:
     (100000000, 500000)
     >>> settings.owner_pid, Settings.from_environ({"ROLLOUT_OWNER_PID": "42"}).owner_pid
     (None, 42)
+    >>> Settings.from_environ({"ROLLOUT_BLOB_URL": "s3://bucket/runs"}).blob_url
+    's3://bucket/runs'
+    >>> try:
+    ...     Settings.from_environ({"ROLLOUT_BLOB_URL": "ftp://host/runs"})
+    ... except SettingsError as error:
+    ...     print(error)
+    ROLLOUT_BLOB_URL must be a folder, file://... or s3://BUCKET/PREFIX, got 'ftp://host/runs'
 
     >>> import tempfile
     >>> root = Path(tempfile.mkdtemp())
@@ -59,6 +66,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from rollout.errors import RolloutError
 
@@ -87,6 +95,9 @@ DEFAULT_STATE_DIR = ".rollout"
 DEFAULT_DB_OUTAGE_S = 60.0
 DEFAULT_LOG_MAX_MB = 100.0
 
+
+BLOB_SCHEMES = ("", "file", "s3", "s3a")
+"""The blob store URL schemes: a folder (no scheme, or `file://`) or S3 (`rollout.blobs`)."""
 
 WORKSPACE_MARK = "[tool.uv.workspace]"
 
@@ -122,6 +133,19 @@ def _amount(name: str, value: str | None, default: float, unit: str) -> float:
     if not amount >= 0:  # also refuses nan
         raise SettingsError(f"{name} must be a number of {unit} >= 0, got {value!r}")
     return amount
+
+
+def _blob_url(value: str | None, state: Path) -> str:
+    """`ROLLOUT_BLOB_URL` checked (a folder, `file://` or `s3://BUCKET/...`), else
+    `<state>/blobs`."""
+    if not value:
+        return str(state / "blobs")
+    parts = urlsplit(value)
+    if parts.scheme not in BLOB_SCHEMES or (parts.scheme.startswith("s3") and not parts.netloc):
+        raise SettingsError(
+            f"{BLOB_URL_VAR} must be a folder, file://... or s3://BUCKET/PREFIX, got {value!r}"
+        )
+    return value
 
 
 def _size(name: str, value: str | None, default_mb: float) -> int:
@@ -164,7 +188,7 @@ class Settings:
         return cls(
             state_dir=state,
             database_url=env.get(DATABASE_URL_VAR) or None,
-            blob_url=env.get(BLOB_URL_VAR) or str(state / "blobs"),
+            blob_url=_blob_url(env.get(BLOB_URL_VAR), state),
             db_outage_s=_amount(
                 DB_OUTAGE_VAR, env.get(DB_OUTAGE_VAR), DEFAULT_DB_OUTAGE_S, "seconds"
             ),

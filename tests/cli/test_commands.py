@@ -18,7 +18,7 @@ def _environment(monkeypatch: pytest.MonkeyPatch, database_url: str, tmp_path: P
     monkeypatch.setenv("COLUMNS", "200")
 
 
-def test_run_records_an_episode_that_episodes_show_prints(
+def test_run_records_an_episode_that_episodes_list_and_show_print(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     code, out, _ = rollout(capsys, "run", "arithmetic.environment:environment", "--json")
@@ -42,6 +42,18 @@ def test_run_records_an_episode_that_episodes_show_prints(
     code, out, _ = rollout(capsys, "episodes", "show", outcome["episode_id"])
     assert code == 0
     assert "prompt tokens" in out and "logprobs" in out and "version 0" in out
+
+    # `episodes list` in a narrow terminal: the id a person copies from it is whole.
+    from rollout.cli.common import console
+
+    wide, console.width = console.width, 40
+    try:
+        code, out, _ = rollout(capsys, "episodes", "list", outcome["run_id"])
+    finally:
+        console.width = wide
+    assert code == 0
+    cells = [cell.strip() for line in out.splitlines() for cell in line.split("│")]
+    assert outcome["episode_id"] in cells, out
 
 
 def test_run_prints_a_transcript(capsys: pytest.CaptureFixture[str]) -> None:

@@ -65,12 +65,20 @@ def test_every_copied_path_exists_and_is_in_the_build_context() -> None:
             assert not _ignored(source.rstrip("/")), f"COPY {source}: excluded by .dockerignore"
 
 
-def test_the_wheel_gets_its_presets() -> None:
-    # pyproject's force-include copies the presets into the wheel: the image must copy them.
+def test_the_wheel_gets_its_presets_and_eval_suites() -> None:
+    # pyproject's force-include copies the presets and the eval suites into the wheel: the image
+    # must copy them (the build fails without them).
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
     included = project["tool"]["hatch"]["build"]["targets"]["wheel"]["force-include"]
     copied = {c.value[0].rstrip("/") for c in COMMANDS if c.cmd.upper() == "COPY"}
     assert set(included) <= copied
+
+
+def test_the_image_runs_python_3_13() -> None:
+    args = dict(
+        c.value[0].split("=", 1) for c in COMMANDS if c.cmd.upper() == "ARG" and "=" in c.value[0]
+    )
+    assert args["PYTHON_IMAGE"].startswith("python:3.13-"), args["PYTHON_IMAGE"]  # the spec's
 
 
 def test_runs_the_cli_as_a_non_root_user() -> None:

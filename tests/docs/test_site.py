@@ -131,3 +131,13 @@ def test_rolloutlibs_documented_lint_command_works_as_written() -> None:
         timeout=120,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_readme_links_the_beginners_path_first() -> None:
+    links = re.findall(r"\]\((docs/[\w-]+\.md)", (ROOT / "README.md").read_text())
+    assert links[:4] == [
+        "docs/deploy.md",  # the overview's pointer, then the path a newcomer follows
+        "docs/start-here.md",
+        "docs/first-episode.md",
+        "docs/laptop.md",
+    ], links[:4]

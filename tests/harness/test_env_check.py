@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 
 from rollout.contracts import Message
@@ -125,3 +128,20 @@ async def test_observation_rewards_are_kept_by_turn(scripted: DirectModel) -> No
     assert result.turn_rewards == {0: 0.5}
     assert result.rewards_by_turn() == [0.5, None, 1.0]
     assert result.reward == 1.5  # the seat's reward: its turns' and its End's
+
+
+def test_a_module_at_the_project_root_is_found_from_any_folder_of_the_project(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project = tmp_path / "my-project"
+    (project / ".rollout").mkdir(parents=True)  # the project's state folder marks its root
+    (project / "docs").mkdir()
+    (project / "rootlevel_env_mod.py").write_text("from parity.environment import environment\n")
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.chdir(project / "docs")
+    monkeypatch.delenv("ROLLOUT_STATE_DIR", raising=False)
+    assert load_environment("rootlevel_env_mod:environment").name == "parity"
+
+    monkeypatch.chdir(tmp_path)  # outside the project: not found; the error says where it looked
+    with pytest.raises(EnvironmentLoadError, match=r"looked in .* run from the folder that holds"):
+        load_environment("elsewhere_env_mod:environment")

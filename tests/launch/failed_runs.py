@@ -9,6 +9,7 @@ from rollout.launch.new_run import create_run, training_config
 from rollout.ledger import EpisodeSpec, Ledger
 
 BROKEN = "tests.launch.broken_env:environment"
+BROKEN_GRADER = "tests.launch.broken_env:broken_grader"
 
 
 async def new_run(ledger: Ledger, tmp_path: Path, name: str) -> str:

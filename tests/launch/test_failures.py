@@ -22,7 +22,7 @@ from rollout.launch.progress import TrainingProgress, watch_training
 from rollout.launch.summary import print_summary
 from rollout.ledger import EpisodeSpec, Ledger
 from rollout.settings import get_settings
-from tests.launch.failed_runs import BROKEN, new_run, play
+from tests.launch.failed_runs import BROKEN, BROKEN_GRADER, new_run, play
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -39,16 +39,27 @@ def _rollout(database_url: str, state: Path, *args: str) -> subprocess.Completed
     )
 
 
+@pytest.mark.parametrize(
+    ("spec", "error"),
+    [
+        (BROKEN, "Broken.start raised RuntimeError: the broken task cannot start"),
+        pytest.param(
+            BROKEN_GRADER,
+            "BrokenGrader.respond raised RuntimeError: the broken task cannot grade",
+            marks=pytest.mark.slow,  # 3.3 s, as the first case; the fast layer keeps one
+        ),
+    ],
+)
 def test_train_of_a_broken_environment_exits_non_zero_in_seconds_with_its_error(
-    database_url: str, tmp_path: Path
+    database_url: str, tmp_path: Path, spec: str, error: str
 ) -> None:
     began = time.monotonic()
-    result = _rollout(database_url, tmp_path, "train", BROKEN, "--steps", "3")
+    result = _rollout(database_url, tmp_path, "train", spec, "--steps", "3")
     assert time.monotonic() - began < 30
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
-    assert "Broken.start raised RuntimeError: the broken task cannot start" in lines[0]
+    assert error in lines[0] and "Traceback" not in result.stderr
     assert not (tmp_path / "models").exists()  # nothing was built or started
 
 

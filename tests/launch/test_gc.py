@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 
 from rollout.blobs import BlobStore
+from rollout.evals import EvalError
 from rollout.inference.weights_cache import fetch, weights_folder
+from rollout.launch.evaluator.demand import evaluate
 from rollout.ledger import CheckpointRecord, Ledger
 from rollout.ledger.leases import trainer_lease
 from rollout.training import retention
@@ -56,6 +58,12 @@ async def test_retention_keeps_the_last_k_and_marked_and_records_the_rest(
         )
     assert (await ledger.settings(run_id))["deleted_checkpoints"] == [0, 2]
     assert await retention.apply(ledger, blob_store, run_id) == 0  # nothing more to let go
+    # An eval of a deleted checkpoint is refused in one line naming the kept ones; nothing queued.
+    with pytest.raises(EvalError) as refused:
+        await evaluate(ledger, blob_store, "parity", checkpoint="2", run=run_id)
+    assert "deleted the files of checkpoint 2 (it keeps 1, 3, 4, 5;" in str(refused.value)
+    assert "\n" not in str(refused.value)
+    assert await ledger.eval_requests(run_id) == [] and await ledger.eval_jobs(run_id) == []
     await ledger.set_setting(run_id, "keep_checkpoints", 1)
     assert (await retention.plan(ledger, run_id)).to_delete == [3, 4]  # v1 marked, v5 newest
 

@@ -12,6 +12,7 @@ import pytest
 from rich.console import Console
 
 from rollout.errors import RolloutError
+from rollout.launch import progress as progress_module
 from rollout.launch.model_folder import resolve_model
 from rollout.launch.new_run import create_run, training_config
 from rollout.launch.progress import TrainingProgress, watch_training
@@ -122,6 +123,10 @@ async def test_watch_follows_the_run_until_it_finishes(
     await trainer
     assert [s.step for s in progress.steps] == [0, 1, 2, 3] and progress.finished
     assert "step 3/3" in out.getvalue() and "reward 0.950" in out.getvalue()
+    # Not a terminal (piped): whole plain lines, one per change, none cut.
+    steps = [line for line in out.getvalue().splitlines() if line.startswith("training step")]
+    assert "training step 3/3  reward 0.950  loss +0.5000  lag 1.00 (max_lag 2)" in steps[-1]
+    assert "…" not in out.getvalue() and "━" not in out.getvalue()  # no bar, nothing cut
     # The lag is shown beside max_lag and explained once (a lag above max_lag).
     assert "lag 1.00 (max_lag 2)" in out.getvalue()
     assert out.getvalue().count("lag: how many steps older") == 1
@@ -132,6 +137,25 @@ async def test_watch_follows_the_run_until_it_finishes(
     assert summary["steps"] == 3 and summary["last_rewards_mean"] == pytest.approx(0.5166, 1e-3)
     print_summary(console, summary)
     assert "progress-test finished after 9 s: 3 steps" in out.getvalue()
+
+
+async def test_piped_output_gets_a_line_at_least_every_few_seconds(
+    ledger: Ledger, run_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(progress_module, "PLAIN_EVERY_S", 0.1)  # 5 s in use: a tenth here
+    out = io.StringIO()
+    began = asyncio.get_running_loop().time()
+
+    def stopped() -> str | None:
+        return "stopped" if asyncio.get_running_loop().time() - began > 0.6 else None
+
+    with pytest.raises(RolloutError, match="stopped"):
+        await watch_training(
+            ledger, TrainingProgress(run_id), 3, Console(file=out), stopped=stopped, interval=0.05
+        )
+    lines = out.getvalue().splitlines()
+    assert len(lines) >= 4, lines  # nothing changed, yet a line came every 0.1 s
+    assert all(line.startswith("training step 0/3  starting roles") for line in lines), lines
 
 
 async def test_watch_stops_with_the_roles_reason(ledger: Ledger, run_id: str) -> None:

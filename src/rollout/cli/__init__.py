@@ -120,12 +120,16 @@ def environment_error(error: BaseException) -> str | None:
     Example:
         >>> environment_error(NotADirectoryError(20, "Not a directory", "/tmp/x/postgres"))
         'Not a directory: /tmp/x/postgres (the state folder: ROLLOUT_STATE_DIR or .rollout/)'
+        >>> environment_error(OSError(30, "Read-only file system", "/srv/ro/.rollout"))
+        'Read-only file system: /srv/ro/.rollout (the state folder: ROLLOUT_STATE_DIR or .rollout/)'
         >>> environment_error(ValueError("a bug")) is None
         True
     """
     if isinstance(error, OSError) and error.errno == errno.EADDRINUSE:
         return f"{error.strerror or error}: the port is in use; choose another with --port"
-    if isinstance(error, PermissionError | NotADirectoryError | FileExistsError):
+    unwritable = isinstance(error, OSError) and error.errno in (errno.EROFS, errno.ENOSPC)
+    if unwritable or isinstance(error, PermissionError | NotADirectoryError | FileExistsError):
+        assert isinstance(error, OSError)
         return (
             f"{error.strerror or error}: {error.filename} "
             "(the state folder: ROLLOUT_STATE_DIR or .rollout/)"
@@ -159,8 +163,13 @@ def main() -> None:
         _print_error(str(error))
         sys.exit(2)
     existed = folder.exists()
+    failed = True
     try:
         app()
+        failed = False
+    except SystemExit as exit_:
+        failed = exit_.code not in (0, None)
+        raise
     except RolloutError as error:
         _print_error(str(error))
         sys.exit(2)
@@ -174,5 +183,6 @@ def main() -> None:
         _print_error(message)
         sys.exit(2)
     finally:
-        if not existed and folder.is_dir():  # say where the new state went
+        # Say where the new state went; a failure's one line stays the only line.
+        if not existed and not failed and folder.is_dir():
             err_console.print(f"created the state folder {folder}", highlight=False, soft_wrap=True)

@@ -43,9 +43,9 @@ def query(read: Callable[[Ledger], Awaitable[T]]) -> T:
     """Run one read against the ledger (ROLLOUT_DATABASE_URL or the embedded one)."""
 
     async def go() -> T:
-        from rollout.ledger import Ledger
+        from rollout.ledger import COMMAND_WAIT_S, Ledger
 
-        ledger = await Ledger.connect()
+        ledger = await Ledger.connect(wait_s=COMMAND_WAIT_S)
         try:
             return await read(ledger)
         finally:

@@ -121,9 +121,9 @@ async def _served_seats(
 ) -> AsyncIterator[_Seats]:
     """Every seat of one 'env-check' episode claimed, and a gateway serving their keys."""
     from rollout.launch.serve import serve_gateway
-    from rollout.ledger import EpisodeSpec, Ledger
+    from rollout.ledger import COMMAND_WAIT_S, EpisodeSpec, Ledger
 
-    ledger = await Ledger.connect()
+    ledger = await Ledger.connect(wait_s=COMMAND_WAIT_S)
     try:
         run = await ledger.create_run(
             f"env-check-{environment.name}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}",

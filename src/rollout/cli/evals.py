@@ -71,10 +71,10 @@ def evals_run(
     from rollout.blobs import BlobStore
     from rollout.evals.report import job_rows
     from rollout.launch.evaluator.demand import evaluate
-    from rollout.ledger import Ledger
+    from rollout.ledger import COMMAND_WAIT_S, Ledger
 
     async def go() -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        ledger = await Ledger.connect()
+        ledger = await Ledger.connect(wait_s=COMMAND_WAIT_S)
         try:
             job = await evaluate(
                 ledger,

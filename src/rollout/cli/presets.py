@@ -45,9 +45,9 @@ def _database(cluster: bool) -> Iterator[str | None]:
 
 def _with_ledger(cluster: bool, work: Callable[[Ledger], Awaitable[T]]) -> T:
     async def go(url: str | None) -> T:
-        from rollout.ledger import Ledger
+        from rollout.ledger import COMMAND_WAIT_S, Ledger
 
-        ledger = await Ledger.connect(url)
+        ledger = await Ledger.connect(url, wait_s=COMMAND_WAIT_S)
         try:
             return await work(ledger)
         finally:

@@ -14,8 +14,8 @@ from rollout.errors import RolloutError
 def _role_logging() -> None:
     import logging
 
+    # The embedded Postgres' own INFO lines are silenced where it starts (rollout.ledger.embedded).
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    logging.getLogger("pgserver").setLevel(logging.WARNING)  # ~400-character INFO lines
 
 
 def _serve_role(role: Any) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.table import Table
+from rich.table import Column, Table
 
 from rollout.cli.common import JsonFlag, console, print_json, query, run_async
 from rollout.errors import RolloutError
@@ -120,9 +120,9 @@ def _retention_line(detail: dict[str, Any]) -> str:
 
 
 async def _set_settings(run: str, values: dict[str, Any]) -> str:
-    from rollout.ledger import Ledger
+    from rollout.ledger import COMMAND_WAIT_S, Ledger
 
-    ledger = await Ledger.connect()
+    ledger = await Ledger.connect(wait_s=COMMAND_WAIT_S)
     try:
         record = await ledger.get_run(run)
         for key, value in values.items():
@@ -294,7 +294,9 @@ def episodes_list(
     if as_json:
         print_json(rows)
         return
-    table = Table("episode", "group", "member", "state", "seats ended", "reward", "turns")
+    # The ids stay whole however narrow the terminal: they are what `episodes show` takes.
+    episode = Column("episode", no_wrap=True)
+    table = Table(episode, "group", "member", "state", "seats ended", "reward", "turns")
     for row in rows:
         state = row["state"]
         table.add_row(

@@ -38,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from rollout.errors import problems
 from rollout.evals.errors import SuiteError
 from rollout.harness.loading import load_environment
+from rollout.shipped import shipped_dir
 
 BENCHMARKS = ("gsm8k", "aime")
 
@@ -205,8 +206,8 @@ class ResolvedSuite:
 
 
 def builtin_dir() -> Path:
-    """Where the built-in suites live in a source checkout (`evals/` at the repository root)."""
-    return Path(__file__).resolve().parents[3] / "evals"
+    """Where the built-in suites live: packaged with rollout, or `evals/` in a source checkout."""
+    return shipped_dir("suites")
 
 
 def load_suite(reference: str | Suite) -> tuple[Suite, Path | None]:

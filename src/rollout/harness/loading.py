@@ -15,6 +15,7 @@ from pathlib import Path
 
 from rollout.harness.core import Environment, Task
 from rollout.harness.errors import EnvironmentLoadError
+from rollout.settings import find_state_dir
 
 # Where a user's module did not go wrong: the platform, the standard library, installed
 # packages, and generated code (`<frozen importlib...>`, a dataclass's `<string>` __init__).
@@ -33,13 +34,20 @@ def load_environment(spec: str) -> Environment:
             f"environment must look like MODULE:ATTR (e.g. arithmetic.environment:environment), "
             f"got {spec!r}"
         )
-    cwd = str(Path.cwd())
-    if cwd not in sys.path:
-        sys.path.insert(0, cwd)  # let users name modules in the folder they run from
+    # Users name modules in the folder they run from, or at their project's root (the folder of
+    # its `.rollout` state, or its uv workspace) from any folder inside it.
+    folders = [str(Path.cwd()), str(find_state_dir(Path.cwd()).parent)]
+    for folder in reversed(folders):
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
     try:
         module = importlib.import_module(module_name)
     except ImportError as error:
-        raise EnvironmentLoadError(f"cannot import module {module_name!r}: {error}") from error
+        where = " and ".join(dict.fromkeys(folders))
+        raise EnvironmentLoadError(
+            f"cannot import module {module_name!r}: {error} (looked in {where} and the "
+            "installed packages; run from the folder that holds it, or add that to PYTHONPATH)"
+        ) from error
     except Exception as error:  # the module itself raised (a bad Environment(...), a typo)
         raise EnvironmentLoadError(
             f"importing module {module_name!r} raised {type(error).__name__}"

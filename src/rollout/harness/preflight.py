@@ -1,22 +1,24 @@
-"""A broken environment found in seconds: start one task before any role starts.
+"""A broken environment found in seconds: play one seat before any role starts.
 
-`rollout train` calls `start_problem` before it builds the model or starts a process: a Task
-whose constructor or `start()` raises would otherwise fail every episode only after the model is
-loaded and warmed up. The check needs no model: the first model call ends it. Environments it
-cannot judge pass: sandboxed ones (starting a world is the runner's job), tasks that call the
-model themselves and find no gateway here (a connection error), and slow starts (a timeout).
+`rollout train` calls `preflight` before it builds the model or starts a process: a Task whose
+constructor, `start()` or `respond()` raises would otherwise fail every episode only after the
+model is loaded and warmed up (and a run stops itself only once most of its episodes failed).
+The check needs no model: each model call gets `PREFLIGHT_REPLY`, a reply an untrained model
+could give, for up to `PREFLIGHT_TURNS` turns. Environments it cannot judge pass: sandboxed
+ones (starting a world is the runner's job), tasks that call the model themselves and find no
+gateway here (a connection error), and slow ones (a timeout).
 
 Example:
     >>> import asyncio
-    >>> from rollout.harness import Environment, Observation, Task
+    >>> from rollout.harness import End, Environment, Observation, Task
     >>> class Broken(Task):
     ...     async def start(self, run):
-    ...         raise RuntimeError("no data file")
+    ...         return Observation("Name a colour.")
     ...     async def respond(self, run, reply):
-    ...         return Observation("")
+    ...         raise RuntimeError("no grader")
     >>> broken = Environment(name="broken", task=Broken, parameters=lambda rng: {})
-    >>> asyncio.run(start_problem(broken))
-    'Broken.start raised RuntimeError: no data file'
+    >>> asyncio.run(preflight(broken))
+    'Broken.respond raised RuntimeError: no grader'
 """
 
 from __future__ import annotations
@@ -33,16 +35,14 @@ from rollout.harness.play import make_task, play_seat
 
 UNREACHABLE_GATEWAY = "http://127.0.0.1:9/v1"
 """A gateway address nothing answers at (port 9, discard): agent programs get a connection error."""
+PREFLIGHT_REPLY = "ok"
+"""What each model call of the preflight answers."""
+PREFLIGHT_TURNS = 3
+"""Model calls the preflight answers; the next one ends it (the task works so far)."""
 
 
-class _AskedTheModel(RolloutError):
-    """A signal, not an error: start() went well and the task asked the model."""
-
-
-async def _no_model(
-    messages: Sequence[Message], tools: Sequence[ToolSpec], sampling: Mapping[str, Any]
-) -> Message:
-    raise _AskedTheModel
+class _Enough(RolloutError):
+    """A signal, not an error: the task played `PREFLIGHT_TURNS` turns without raising."""
 
 
 def _connection_failed(error: BaseException) -> bool:
@@ -57,13 +57,20 @@ def _connection_failed(error: BaseException) -> bool:
     return False
 
 
-async def start_problem(
-    environment: Environment, seed: int = 0, seconds: float = 10.0
-) -> str | None:
-    """The error of one task's constructor or `start()` (its first line), or None if it started.
+async def preflight(environment: Environment, seed: int = 0, seconds: float = 10.0) -> str | None:
+    """Play one seat of `environment` against `PREFLIGHT_REPLY`: the first line of the task's
+    error (its constructor, `start()` or `respond()`), or None if it played.
 
     Raises nothing: problems it cannot judge are None (see the module docstring).
     """
+
+    async def reply(
+        messages: Sequence[Message], tools: Sequence[ToolSpec], sampling: Mapping[str, Any]
+    ) -> Message:
+        if sum(m.role == "assistant" for m in messages) >= PREFLIGHT_TURNS:
+            raise _Enough
+        return Message(role="assistant", content=PREFLIGHT_REPLY)
+
     if getattr(environment, "sandbox", None) is not None:
         return None
     context = RunContext(
@@ -78,8 +85,8 @@ async def start_problem(
     try:
         parameters = environment.draw_parameters(0, seed)
         task = make_task(environment, parameters)
-        await asyncio.wait_for(play_seat(environment, task, context, _no_model), seconds)
-    except (_AskedTheModel, TimeoutError):
+        await asyncio.wait_for(play_seat(environment, task, context, reply), seconds)
+    except (_Enough, TimeoutError):
         return None
     except TaskError as error:
         if _connection_failed(error):

@@ -15,7 +15,7 @@ from pathlib import Path
 import yaml
 
 from rollout.errors import RolloutError
-from rollout.ledger import Ledger
+from rollout.ledger import COMMAND_WAIT_S, Ledger
 from rollout.runs.config import RunConfig
 from rollout.runs.presets import load_preset, parse_config
 
@@ -84,7 +84,7 @@ def stored_preset(name_or_path: str, database_url: str | None = None) -> RunConf
         return None
 
     async def find() -> RunConfig | None:
-        ledger = await Ledger.connect(database_url)
+        ledger = await Ledger.connect(database_url, wait_s=COMMAND_WAIT_S)
         try:
             stored = await ledger.find_preset(name_or_path)
         finally:

@@ -28,6 +28,7 @@ Example:
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -73,6 +74,34 @@ def status_line(
         + f"  {rate:.0f} episodes/s"
         + (f"  {failed} failed" if failed else "")
     )
+
+
+PLAIN_EVERY_S = 5.0
+"""With output that is not a terminal: a progress line at least this often (and at each change)."""
+
+
+class _PlainLines:
+    """`rollout train`'s progress as whole lines, for output that is not a terminal."""
+
+    def __init__(self, console: Console, total: int) -> None:
+        self.console = console
+        self.total = total
+        self.began = time.monotonic()
+        self.shown: tuple[int, str] | None = None
+        self.at = 0.0
+
+    def show(self, completed: int, status: str) -> None:
+        """Print a line when the step or status changed, or `PLAIN_EVERY_S` after the last."""
+        now = time.monotonic()
+        if (completed, status) == self.shown and now - self.at < PLAIN_EVERY_S:
+            return
+        self.shown, self.at = (completed, status), now
+        self.console.print(
+            f"training step {completed}/{self.total}  {status}  {now - self.began:.0f} s",
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
+        )
 
 
 @dataclass
@@ -132,6 +161,9 @@ async def watch_training(
         RolloutError: the run failed (too many failed episodes: the first error), or `stopped`
             reported a problem before the run finished.
     """
+    # A terminal gets a live bar; piped or logged output gets whole plain lines instead (a
+    # rich bar there is drawn once, at the end, cut to the width).
+    live = console.is_terminal
     view = Progress(
         TextColumn("[bold]training"),
         BarColumn(),
@@ -140,12 +172,11 @@ async def watch_training(
         TimeElapsedColumn(),
         console=console,
         transient=False,
+        disable=not live,
     )
-    bar = view.add_task(
-        "train",
-        total=total_steps,
-        status="starting roles: loading the model, then the format warm-up...",
-    )
+    status = "starting roles: loading the model, then the format warm-up..."
+    bar = view.add_task("train", total=total_steps, status=status)
+    lines = _PlainLines(console, total_steps)
     explained = False
     with view:
         while True:
@@ -153,22 +184,23 @@ async def watch_training(
             failed = progress.counts.get("failed", 0)
             line = status_line(progress.steps, failed, max_lag)
             if line is not None and not explained:
-                view.console.print(LAG_MEANS, style="dim", highlight=False)
+                console.print(LAG_MEANS, style="dim", highlight=False)
                 explained = True
             if progress.paused:  # the rate shown would be stale
-                view.update(
-                    bar,
-                    status="paused: `uv run rollout runs resume RUN` hands out episodes"
-                    + (f"  {failed} failed" if failed else ""),
+                status = "paused: `uv run rollout runs resume RUN` hands out episodes" + (
+                    f"  {failed} failed" if failed else ""
                 )
             elif line is not None:
-                view.update(bar, completed=progress.last_step, status=line)
+                status = line
             elif new or failed:
-                view.update(
-                    bar,
-                    status="warm-up done; playing the first episodes..."
-                    + (f"  {failed} failed" if failed else ""),
+                status = "warm-up done; playing the first episodes..." + (
+                    f"  {failed} failed" if failed else ""
                 )
+            completed = max(progress.last_step, 0)
+            if live:
+                view.update(bar, completed=completed, status=status)
+            else:
+                lines.show(completed, status)
             if progress.finished:
                 return progress
             if progress.error is not None:

@@ -17,7 +17,7 @@ from rollout.harness.loading import load_environment
 from rollout.inference.factory import load_model
 from rollout.inference.scripted import environment_backend
 from rollout.launch.serve import serve_gateway
-from rollout.ledger import EpisodeSpec, Ledger
+from rollout.ledger import COMMAND_WAIT_S, EpisodeSpec, Ledger
 from rollout.runners.runner import Runner
 from rollout.runs import live
 
@@ -27,7 +27,7 @@ async def play_one_episode(spec: str, *, model: str = "scripted", seed: int = 0)
     environment = load_environment(spec)
     renderer, backend = load_model(model)
     backend = environment_backend(backend, environment)  # the environment's scripted replies
-    ledger = await Ledger.connect()
+    ledger = await Ledger.connect(wait_s=COMMAND_WAIT_S)
     try:
         run = await ledger.create_run(
             f"{environment.name}-run-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}",

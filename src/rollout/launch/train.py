@@ -35,9 +35,11 @@ from typing import Any
 
 from rich.console import Console
 
+from rollout.blobs import BlobStore
 from rollout.errors import RolloutError
+from rollout.harness import Environment
 from rollout.harness.loading import load_environment
-from rollout.harness.preflight import start_problem
+from rollout.harness.preflight import preflight
 from rollout.launch.evaluator.role import wait_for_evals
 from rollout.launch.local import role_argv
 from rollout.launch.model_folder import resolve_model
@@ -46,7 +48,7 @@ from rollout.launch.owner import owned_env
 from rollout.launch.presets import stored_preset
 from rollout.launch.progress import TrainingProgress, watch_training
 from rollout.launch.summary import print_summary, summarize
-from rollout.ledger import Ledger, RunRecord, ledger_url
+from rollout.ledger import COMMAND_WAIT_S, Ledger, RunRecord, ledger_url
 from rollout.runs import live
 from rollout.runs.config import RunConfig
 from rollout.settings import get_settings
@@ -110,6 +112,29 @@ def _hangup_stops(task: asyncio.Task[Any] | None) -> Iterator[None]:
             loop.remove_signal_handler(signum)
 
 
+def warmup_note(environment: Environment, config: RunConfig) -> str | None:
+    """The line `rollout train` prints when its preset asks for a format warm-up that the
+    environment cannot give (it has no `warmup`), or None.
+
+    Example:
+        >>> import dataclasses
+        >>> from rollout.runs.presets import load_preset
+        >>> from parity.environment import environment as parity
+        >>> bare = dataclasses.replace(parity, name="words", warmup=None)
+        >>> print(warmup_note(bare, load_preset("cpu-tiny")))  # doctest: +NORMALIZE_WHITESPACE
+        no format warm-up: words has none (Environment(warmup=...),
+        docs/write-an-environment.md); RL starts from the untrained model
+        >>> warmup_note(parity, load_preset("cpu-tiny")) is None
+        True
+    """
+    if not config.warmup_steps or environment.warmup is not None:
+        return None
+    return (
+        f"no format warm-up: {environment.name} has none (Environment(warmup=...), "
+        "docs/write-an-environment.md); RL starts from the untrained model"
+    )
+
+
 def train_command(
     spec: str,
     *,
@@ -131,11 +156,13 @@ def train_command(
     """
     began = time.time()
     environment = load_environment(spec)
-    problem = asyncio.run(start_problem(environment))
+    problem = asyncio.run(preflight(environment))
     if problem is not None:  # a broken task fails in seconds, not after the model's warm-up
         raise RolloutError(
             f"{spec}: {problem} (`uv run rollout env check {spec}` shows the traceback)"
         )
+    # Checkpoints must have somewhere to go before a model is built or a role started.
+    BlobStore.from_url().check_writable()
     # A preset stored in the ledger (`rollout preset load`) wins over the built-in one.
     base = stored_preset(preset)
     config = training_config(base or preset, overrides, steps=steps, max_lag=max_lag)
@@ -150,6 +177,7 @@ def train_command(
             console=console,
             began=began,
             launcher=launcher,
+            note=warmup_note(environment, config),
         )
     )
 
@@ -164,14 +192,17 @@ async def _train(
     console: Console,
     began: float,
     launcher: str = "local",
+    note: str | None = None,
 ) -> dict[str, Any]:
     url = await asyncio.to_thread(ledger_url)  # may start the embedded Postgres
-    async with await Ledger.connect(url, max_size=2) as ledger:
+    async with await Ledger.connect(url, max_size=2, wait_s=COMMAND_WAIT_S) as ledger:
         run = await create_run(ledger, spec, config, model_path, name)
         console.print(
             f"run [bold]{run.name}[/] ({run.run_id}): {spec}, preset {config.name}, "
             f"{config.steps} steps, max_lag {config.max_lag}, model {model_path}"
         )
+        if note is not None:
+            console.print(note, style="yellow", highlight=False, soft_wrap=True)
         if cluster:
             console.print("created; the cluster's trainer, gateway and runners will pick it up")
             return {"run_id": run.run_id, "name": run.name, "status": "created"}

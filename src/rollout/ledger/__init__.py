@@ -18,6 +18,7 @@
 """
 
 from rollout.ledger.api import Ledger
+from rollout.ledger.connection import COMMAND_WAIT_S
 from rollout.ledger.embedded import database_url, ledger_url, stop_embedded
 from rollout.ledger.errors import InvalidInput, LeaseHeld, LedgerError, NotFound, StaleFence
 from rollout.ledger.migrate import apply_migrations
@@ -40,6 +41,7 @@ from rollout.ledger.seats import episode_id_for
 
 __all__ = [
     "CHANNELS",
+    "COMMAND_WAIT_S",
     "CheckpointRecord",
     "EpisodeRecord",
     "EpisodeSpec",

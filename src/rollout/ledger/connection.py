@@ -67,6 +67,11 @@ async def fetch_all(
         return await cursor.fetchall()
 
 
+COMMAND_WAIT_S = 1.0
+"""How long a command a person types (`rollout runs list`, `evals`, `env check`, `train` before
+its run exists) waits for a database that has not answered yet, before its one-line error.
+Long-running roles wait `ROLLOUT_DB_OUTAGE_S` instead: on a cluster they may start first."""
+
 IDLE_IN_TRANSACTION_S = 60
 """Postgres ends a pooled session that sits this long inside an open transaction.
 
@@ -147,13 +152,16 @@ class LedgerConnection:
         min_size: int = 1,
         max_size: int = 10,
         migrate: bool = True,
+        wait_s: float | None = None,
     ) -> Self:
         """Connect (url, or ROLLOUT_DATABASE_URL, or the embedded Postgres under state_dir).
 
         A database that is not up yet (connection refused, the server starting) is retried with
         back-off for up to `ROLLOUT_DB_OUTAGE_S`, with one warning, as an outage is; then
-        `DatabaseUnavailable` in one line. One that refuses the connection (a wrong password or
-        database name) fails at once.
+        `DatabaseUnavailable` in one line. With `wait_s` (a command a person types passes
+        `COMMAND_WAIT_S`) it is retried that long, silently, before the one line. One that
+        refuses the connection (a wrong password or database name) fails at once. Once
+        connected, calls ride out an outage of `ROLLOUT_DB_OUTAGE_S` either way.
 
         Args:
             url: A Postgres URL or connection string.
@@ -162,14 +170,19 @@ class LedgerConnection:
             min_size: Connections the pool keeps open.
             max_size: The most connections the pool opens (bounds concurrent calls).
             migrate: Apply pending schema migrations first.
+            wait_s: How long to wait for a database that has not answered yet (default
+                `ROLLOUT_DB_OUTAGE_S`, with a warning when the wait begins).
         """
         resolved = await asyncio.to_thread(ledger_url, url, state_dir=state_dir)
         settings = get_settings()
         outage = settings.db_outage_s
+        starting_s = outage if wait_s is None else wait_s
+        # A server that never answers (packets dropped) is given up on as one that refuses.
+        connect_timeout = max(2, int(starting_s)) if wait_s is not None else None
 
         async def open_pool() -> Pool:
             if migrate:
-                await apply_migrations(resolved)
+                await apply_migrations(resolved, connect_timeout=connect_timeout)
             pool: Pool = AsyncConnectionPool(
                 resolved,
                 # A wait for a connection never outlasts the outage a call rides out.
@@ -183,7 +196,9 @@ class LedgerConnection:
                 configure=_configure,
             )
             try:
-                await pool.open(wait=True, timeout=30.0)
+                await pool.open(
+                    wait=True, timeout=30.0 if connect_timeout is None else connect_timeout
+                )
             except BaseException:
                 await pool.close()
                 raise
@@ -197,7 +212,7 @@ class LedgerConnection:
             where = DATABASE_URL_VAR
         else:
             where = "the embedded database"
-        starting = Outage(outage, where=where, starting=True)
+        starting = Outage(starting_s, where=where, starting=True, quiet=wait_s is not None)
         pool = await run_retrying(starting, open_pool, retryable=is_not_up_yet)
         return cls(pool, resolved)
 

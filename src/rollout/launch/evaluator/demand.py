@@ -34,7 +34,8 @@ async def pick_run(ledger: Ledger, run: str | None) -> RunRecord:
 
 
 async def checkpoint_version(ledger: Ledger, run: RunRecord, checkpoint: str) -> int:
-    """`base` -> -1, `latest` -> the newest checkpoint, `N` or `vN` -> N (it must exist)."""
+    """`base` -> -1, `latest` -> the newest checkpoint, `N` or `vN` -> N (it must exist and
+    still have its files: retention may have deleted them)."""
     if checkpoint == "base":
         return BASE_VERSION
     versions = [c.version for c in await ledger.checkpoints(run.run_id)]
@@ -51,6 +52,14 @@ async def checkpoint_version(ledger: Ledger, run: RunRecord, checkpoint: str) ->
             f"--checkpoint {checkpoint!r}: run {run.name!r} has checkpoints "
             f"{versions[0] if versions else '-'}..{versions[-1] if versions else '-'}, "
             f"not {version}"
+        )
+    deleted = set((await ledger.run_settings(run.run_id)).deleted_checkpoints)
+    if version in deleted:
+        kept = [v for v in versions if v not in deleted]
+        raise EvalError(
+            f"--checkpoint {checkpoint!r}: run {run.name!r} deleted the files of checkpoint "
+            f"{version} (it keeps {', '.join(map(str, kept))}; `rollout runs set "
+            f"{run.name} --keep-version V` keeps one from now on); evaluate a kept one or 'base'"
         )
     return version
 
