@@ -36,11 +36,11 @@ def _env(database_url: str, state: Path) -> dict[str, str]:
 
 
 def _create_run(env: dict[str, str], *options: str) -> dict[str, str]:
-    """`rollout train --cluster`: only create the run, for the launcher to pick up."""
+    """`rollout train --create-only`: only create the run, for the launcher to pick up."""
     result = subprocess.run(
         [
             sys.executable, "-m", "rollout.cli", "train", "parity.environment:environment",
-            "--preset", "cpu-tiny", "--cluster", "--json", *options,
+            "--preset", "cpu-tiny", "--create-only", "--json", *options,
         ],
         capture_output=True, text=True, env=env, timeout=300, check=False,
     )  # fmt: skip
@@ -142,8 +142,8 @@ def test_up_refuses_an_unknown_launcher_and_ray_options_without_ray(
 ) -> None:
     code, _, err = rollout(capsys, "up", "--launcher", "kubernetes")
     assert code == 2 and "--launcher must be local or ray, got 'kubernetes'" in err
-    code, _, err = rollout(capsys, "up", "--role", "trainer")
-    assert code == 2 and "--role and --ray-address need --launcher ray" in err
+    code, _, err = rollout(capsys, "up", "--ray-address", "auto")
+    assert code == 2 and "--ray-address needs --launcher ray" in err
 
 
 async def test_the_launcher_refuses_an_unknown_role(ledger: Ledger) -> None:

@@ -7,10 +7,16 @@ The steps, each in a module of its own:
 2. the model folder is found or built (`model_folder.resolve_model`);
 3. one ledger connection is opened for the whole command (migrations run once, here) and the
    run is created (`new_run.create_run`);
-4. unless `--cluster`, `rollout up --run RUN --until-finished` starts the local roles as a
-   separate process tree (`LocalRoles`), and the run's progress is shown
+4. unless `--create-only` or `--cluster`, `rollout up --run RUN --until-finished` starts the
+   local roles as a separate process tree (`LocalRoles`), and the run's progress is shown
    (`progress.watch_training`) until the trainer marks it finished;
 5. the summary is printed and returned (`summary`).
+
+`--create-only` stops after step 3: roles started elsewhere (`rollout up` on the machines that
+share the database and blob URLs, `rollout up --launcher ray`) train the run. `--cluster` creates
+the run in the ledger of the cluster of the current kube context (`rollout.launch.cluster`),
+which is reached before anything else is done: without a reachable cluster the command stops with
+one line and creates nothing, neither the run nor a model, in the local ledger or state folder.
 
 Ctrl-C, a hangup (the terminal closed) or SIGTERM stops the local roles and marks the run
 `status: stopped` (plain `rollout up` leaves it alone); it goes on with
@@ -122,13 +128,41 @@ def train_command(
     console: Console,
     overrides: list[str] | None = None,
     launcher: str = "local",
+    create_only: bool = False,
 ) -> dict[str, Any]:
-    """Create a run and, unless `cluster`, train it locally; return the summary.
+    """Create a run and, unless `create_only` or `cluster`, train it locally; return the summary.
 
     Raises:
-        RolloutError: a broken environment, preset or model (before anything starts), or the
-            local roles stopped before the run finished.
+        RolloutError: a broken environment, preset or model (before anything starts), the
+            cluster's ledger cannot be reached (`cluster`), or the local roles stopped before
+            the run finished.
     """
+    options: dict[str, Any] = dict(
+        spec=spec, preset=preset, steps=steps, max_lag=max_lag, name=name, model=model,
+        console=console, overrides=overrides, launcher=launcher,
+    )  # fmt: skip
+    if cluster:
+        from rollout.launch.cluster import cluster_ledger
+
+        with cluster_ledger() as url:  # first: an unreachable cluster leaves nothing behind
+            return _create_and_train(**options, cluster_url=url, create_only=True)
+    return _create_and_train(**options, cluster_url=None, create_only=create_only)
+
+
+def _create_and_train(
+    spec: str,
+    *,
+    preset: str,
+    steps: int | None,
+    max_lag: int | None,
+    name: str | None,
+    model: str | None,
+    console: Console,
+    overrides: list[str] | None,
+    launcher: str,
+    cluster_url: str | None,
+    create_only: bool,
+) -> dict[str, Any]:
     began = time.time()
     environment = load_environment(spec)
     problem = asyncio.run(start_problem(environment))
@@ -137,7 +171,7 @@ def train_command(
             f"{spec}: {problem} (`uv run rollout env check {spec}` shows the traceback)"
         )
     # A preset stored in the ledger (`rollout preset load`) wins over the built-in one.
-    base = stored_preset(preset)
+    base = stored_preset(preset, cluster_url)
     config = training_config(base or preset, overrides, steps=steps, max_lag=max_lag)
     model_path = resolve_model(config, model)
     return asyncio.run(
@@ -146,7 +180,8 @@ def train_command(
             config,
             model_path,
             name or run_name(environment.name),
-            cluster=cluster,
+            cluster_url=cluster_url,
+            create_only=create_only,
             console=console,
             began=began,
             launcher=launcher,
@@ -160,20 +195,27 @@ async def _train(
     model_path: Path,
     name: str,
     *,
-    cluster: bool,
+    cluster_url: str | None,
+    create_only: bool,
     console: Console,
     began: float,
     launcher: str = "local",
 ) -> dict[str, Any]:
-    url = await asyncio.to_thread(ledger_url)  # may start the embedded Postgres
+    # The cluster's ledger, or this machine's (which may start the embedded Postgres).
+    url = cluster_url or await asyncio.to_thread(ledger_url)
     async with await Ledger.connect(url, max_size=2) as ledger:
         run = await create_run(ledger, spec, config, model_path, name)
         console.print(
             f"run [bold]{run.name}[/] ({run.run_id}): {spec}, preset {config.name}, "
             f"{config.steps} steps, max_lag {config.max_lag}, model {model_path}"
         )
-        if cluster:
-            console.print("created; the cluster's trainer, gateway and runners will pick it up")
+        if create_only:
+            who = (
+                "the cluster's roles"
+                if cluster_url
+                else "`rollout up` on the machines that share this ledger"
+            )
+            console.print(f"created; {who} will train it")
             return {"run_id": run.run_id, "name": run.name, "status": "created"}
         roles = LocalRoles.start(run, url, launcher)
         console.print(f"logs: {roles.log_path.parent}", highlight=False, soft_wrap=True)

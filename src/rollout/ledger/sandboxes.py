@@ -13,9 +13,13 @@ Abstractions (methods of `SandboxesMixin`, a mixin of the `Ledger` facade that n
 connection pool):
 
 - `register_sandbox`, `retire_sandbox`: an instance appears (clean) or is taken out of service;
-- `claim_sandbox`: join the episode's live claim, or claim a free instance (oldest clean first);
+  a `served` one (a sandbox host keeps it for runners on every host) may be claimed from any
+  host while it is clean;
+- `claim_sandbox`: join the episode's live claim, or claim a free instance (oldest clean first):
+  one on the claimer's host, or a clean served one;
 - `renew_sandbox`, `sandbox_ready`, `finish_sandbox_seat`: fenced by the claim's epoch;
-- `retire_idle_sandboxes`: take unclaimed instances of a host out of service (a clean shutdown);
+- `retire_idle_sandboxes`: take unclaimed instances of a host out of service (a clean shutdown;
+  `spent`: the served ones an episode used, which their sandbox host replaces);
 - reads: `sandbox`, `list_sandboxes`, `sandbox_events`.
 
 Every write also appends a `sandbox_events` fact (started, claimed, expired, reset, released,
@@ -48,6 +52,8 @@ class SandboxRecord:
     host: str
     details: dict[str, Any]
     seats: int
+    served: bool
+    """A sandbox host serves it: claimable from any host while clean."""
     retired: bool
     clean: bool
     epoch: int
@@ -111,7 +117,8 @@ class SandboxEvent:
 
 
 _SELECT_RECORD: LiteralString = (
-    "SELECT instance_id, pool, host, details, seats, retired, clean, epoch, episode_id, run_id,"
+    "SELECT instance_id, pool, host, details, seats, served, retired, clean, epoch, episode_id,"
+    " run_id,"
     " holder, ready, agents, finished,"
     " extract(epoch FROM expires_at - now())::float8 AS expires_in,"
     " extract(epoch FROM created_at)::float8 AS created_at FROM sandboxes"
@@ -121,7 +128,8 @@ _INSERT_EVENT: LiteralString = (
     " VALUES (%s, %s, %s, %s, %s, %s)"
 )
 _REGISTER: LiteralString = (
-    "INSERT INTO sandboxes (instance_id, pool, host, details, seats) VALUES (%s, %s, %s, %s, %s)"
+    "INSERT INTO sandboxes (instance_id, pool, host, details, seats, served)"
+    " VALUES (%s, %s, %s, %s, %s, %s)"
 )
 _LIVE_CLAIM_OF_EPISODE: LiteralString = (
     "SELECT instance_id, pool, epoch, details, ready, agents, members, finished FROM sandboxes"
@@ -134,7 +142,8 @@ _JOIN: LiteralString = (
 )
 _PICK_FREE: LiteralString = (
     "SELECT instance_id, clean, epoch, episode_id, holder FROM sandboxes"
-    " WHERE pool = %(pool)s AND (%(host)s::text IS NULL OR host = %(host)s) AND NOT retired"
+    " WHERE pool = %(pool)s AND NOT retired"
+    "   AND (%(host)s::text IS NULL OR host = %(host)s OR (served AND clean))"
     "   AND seats >= %(agents)s AND (episode_id IS NULL OR expires_at <= now())"
     " ORDER BY clean DESC, created_at LIMIT 1 FOR UPDATE SKIP LOCKED"
 )
@@ -177,9 +186,10 @@ _RETIRE: LiteralString = (
     " WHERE instance_id = %s AND NOT retired RETURNING epoch"
 )
 _RETIRE_IDLE: LiteralString = (
-    "UPDATE sandboxes SET retired = true WHERE NOT retired AND host = %s"
-    " AND (%s::text[] IS NULL OR pool = ANY(%s::text[]))"
+    "UPDATE sandboxes SET retired = true WHERE NOT retired AND host = %(host)s"
+    " AND (%(pools)s::text[] IS NULL OR pool = ANY(%(pools)s::text[]))"
     " AND (episode_id IS NULL OR expires_at <= now())"
+    " AND NOT (%(spent)s AND (clean OR NOT served))"
     " RETURNING instance_id, epoch, details, pool"
 )
 
@@ -219,7 +229,7 @@ async def _claim_new(
     if row is not None and row["live"] >= max_instances:
         return None
     instance = f"{pool}-{secrets.token_hex(4)}"
-    await conn.execute(_REGISTER, (instance, pool, host, Jsonb({}), seats or agents))
+    await conn.execute(_REGISTER, (instance, pool, host, Jsonb({}), seats or agents, False))
     await conn.execute(_INSERT_EVENT, (instance, 0, "started", None, None, host))
     cursor = await conn.execute(
         _CLAIM,
@@ -254,15 +264,20 @@ class SandboxesMixin(LedgerConnection):
         *,
         seats: int,
         instance_id: str | None = None,
+        served: bool = False,
     ) -> SandboxRecord:
-        """Record a started, clean instance of `pool` on `host`; returns its record."""
+        """Record a started, clean instance of `pool` on `host`; returns its record. A `served`
+        one may be claimed from any host while it is clean (a sandbox host replaces it once
+        used)."""
         if not pool:
             raise InvalidInput(f"pool must not be empty, got {pool!r}")
         if isinstance(seats, bool) or not isinstance(seats, int) or seats < 1:
             raise InvalidInput(f"seats must be an integer >= 1, got {seats!r}")
         instance = instance_id or f"{pool}-{secrets.token_hex(4)}"
         async with self._pool.connection() as conn, conn.transaction():
-            await conn.execute(_REGISTER, (instance, pool, host, Jsonb(dict(details)), seats))
+            await conn.execute(
+                _REGISTER, (instance, pool, host, Jsonb(dict(details)), seats, served)
+            )
             await conn.execute(_INSERT_EVENT, (instance, 0, "started", None, None, host))
         return await self.sandbox(instance)
 
@@ -296,7 +311,7 @@ class SandboxesMixin(LedgerConnection):
             agent: Which agent of the episode claims.
             attempt: The seat attempt that claims.
             holder: Who claims (a runner id).
-            host: Only instances on this host (None: any host).
+            host: Only instances on this host, or clean served ones (None: any host).
             lease_seconds: The claim expires unless renewed within this time.
             max_instances: With a `host`: when no instance is free and the host has fewer
                 live instances of the pool, register a new one (of `seats` seats) claimed by
@@ -437,18 +452,23 @@ class SandboxesMixin(LedgerConnection):
         return True
 
     async def retire_idle_sandboxes(
-        self, host: str, pools: Sequence[str] | None = None
+        self, host: str, pools: Sequence[str] | None = None, *, spent: bool = False
     ) -> list[SandboxRecord]:
-        """Retire the unclaimed (or expired) instances on `host` (of `pools`, if given) in one
-        statement, so none of them can be claimed any more; returns them to be stopped."""
-        ids = list(pools) if pools is not None else None
+        """Retire the unclaimed (or expired) instances on `host` (of `pools`, if given; only
+        the served ones an episode used if `spent`) in one statement, so none of them can be
+        claimed any more; returns them to be stopped."""
+        params = {
+            "host": host,
+            "pools": list(pools) if pools is not None else None,
+            "spent": spent,
+        }
+        reason = "used: replaced by its host" if spent else "idle at shutdown"
         async with self._pool.connection() as conn, conn.transaction():
-            cursor = await conn.execute(_RETIRE_IDLE, (host, ids, ids))
+            cursor = await conn.execute(_RETIRE_IDLE, params)
             rows = await cursor.fetchall()
             for row in rows:
                 await conn.execute(
-                    _INSERT_EVENT,
-                    (row["instance_id"], row["epoch"], "retired", None, None, "idle at shutdown"),
+                    _INSERT_EVENT, (row["instance_id"], row["epoch"], "retired", None, None, reason)
                 )
         return [await self.sandbox(row["instance_id"]) for row in rows]
 
