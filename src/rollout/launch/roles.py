@@ -207,7 +207,7 @@ async def runner(
         await ledger.start_heartbeat("runner", run_id=run_id, status="playing seats")
         worker = Runner(
             ledger,
-            runner_id=f"{name or default_runner_id()}-{os.getpid()}",
+            runner_id=default_runner_id(name or "runner"),
             run_id=run_id,
             concurrency=concurrency,
         )

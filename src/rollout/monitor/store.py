@@ -273,7 +273,9 @@ class MonitorStore:
                         return {"serving_version": server["version"]}
             elif role == "runner":
                 for runner in runners:
-                    if runner["runner"].endswith(f"-{pid}") and runner["run_id"] == run:
+                    if runner["runner"].endswith(f"-{row['host']}-{pid}") and (
+                        runner["run_id"] == run
+                    ):
                         return {"claims": runner["claims"], "seats_held": runner["seats_held"]}
             elif role == "gateway" and turns.get(run) is not None:
                 return {"last_turn_at": turns[run]}

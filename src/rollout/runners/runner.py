@@ -56,8 +56,10 @@ UNAVAILABLE_STATUSES = frozenset({502, 503, 504})
 """Gateway answers that mean infrastructure, not the episode: the seat is played again."""
 
 
-def default_runner_id() -> str:
-    return f"runner-{socket.gethostname()}-{os.getpid()}"
+def default_runner_id(name: str = "runner") -> str:
+    """`NAME-HOST-PID`: unique among the runners of every machine that shares the ledger (two
+    machines' `rollout up` both name a runner `runner-0`, and pids repeat across machines)."""
+    return f"{name}-{socket.gethostname()}-{os.getpid()}"
 
 
 def _refusal(error: GatewayCallError) -> str:
