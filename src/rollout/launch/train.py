@@ -137,56 +137,38 @@ def train_command(
             cluster's ledger cannot be reached (`cluster`), or the local roles stopped before
             the run finished.
     """
-    options: dict[str, Any] = dict(
-        spec=spec, preset=preset, steps=steps, max_lag=max_lag, name=name, model=model,
-        console=console, overrides=overrides, launcher=launcher,
-    )  # fmt: skip
-    if cluster:
-        from rollout.launch.cluster import cluster_ledger
+    with contextlib.ExitStack() as stack:
+        cluster_url = None
+        if cluster:
+            from rollout.launch.cluster import cluster_ledger
 
-        with cluster_ledger() as url:  # first: an unreachable cluster leaves nothing behind
-            return _create_and_train(**options, cluster_url=url, create_only=True)
-    return _create_and_train(**options, cluster_url=None, create_only=create_only)
-
-
-def _create_and_train(
-    spec: str,
-    *,
-    preset: str,
-    steps: int | None,
-    max_lag: int | None,
-    name: str | None,
-    model: str | None,
-    console: Console,
-    overrides: list[str] | None,
-    launcher: str,
-    cluster_url: str | None,
-    create_only: bool,
-) -> dict[str, Any]:
-    began = time.time()
-    environment = load_environment(spec)
-    problem = asyncio.run(start_problem(environment))
-    if problem is not None:  # a broken task fails in seconds, not after the model's warm-up
-        raise RolloutError(
-            f"{spec}: {problem} (`uv run rollout env check {spec}` shows the traceback)"
+            # First: an unreachable cluster leaves nothing behind. Its roles train the run.
+            cluster_url = stack.enter_context(cluster_ledger())
+            create_only = True
+        began = time.time()
+        environment = load_environment(spec)
+        problem = asyncio.run(start_problem(environment))
+        if problem is not None:  # a broken task fails in seconds, not after the model's warm-up
+            raise RolloutError(
+                f"{spec}: {problem} (`uv run rollout env check {spec}` shows the traceback)"
+            )
+        # A preset stored in the ledger (`rollout preset load`) wins over the built-in one.
+        base = stored_preset(preset, cluster_url)
+        config = training_config(base or preset, overrides, steps=steps, max_lag=max_lag)
+        model_path = resolve_model(config, model)
+        return asyncio.run(
+            _train(
+                spec,
+                config,
+                model_path,
+                name or run_name(environment.name),
+                cluster_url=cluster_url,
+                create_only=create_only,
+                console=console,
+                began=began,
+                launcher=launcher,
+            )
         )
-    # A preset stored in the ledger (`rollout preset load`) wins over the built-in one.
-    base = stored_preset(preset, cluster_url)
-    config = training_config(base or preset, overrides, steps=steps, max_lag=max_lag)
-    model_path = resolve_model(config, model)
-    return asyncio.run(
-        _train(
-            spec,
-            config,
-            model_path,
-            name or run_name(environment.name),
-            cluster_url=cluster_url,
-            create_only=create_only,
-            console=console,
-            began=began,
-            launcher=launcher,
-        )
-    )
 
 
 async def _train(
