@@ -260,8 +260,9 @@ def test_the_parity_run_reaches_its_target_across_hosts(cluster: Cluster) -> Non
     )
     assert loaded and loaded[0][0] == 0 and len(loaded) >= 2, loaded
     s3 = cluster.s3.filesystem()
-    assert all(uri.startswith(f"{cluster.blob_url}/") for _, uri in loaded), loaded
-    assert s3.exists(f"{loaded[-1][1].removeprefix('s3://')}/.rollout-complete"), loaded[-1]
+    keys = [key for _, key in loaded]  # keys of the store that ROLLOUT_BLOB_URL names
+    assert not [key for key in keys if key.startswith(("/", "file:"))], keys
+    assert s3.exists(f"{cluster.blob_url.removeprefix('s3://')}/{keys[-1]}/.rollout-complete")
     assert not [h.name for h in cluster.network.hosts.values() if (h.state_dir / "blobs").exists()]
 
 
@@ -274,6 +275,7 @@ def test_a_lost_runner_host_then_a_lost_trainer_host_lose_nothing(cluster: Clust
     run_id = _create(
         cluster, "lossy", "--steps", str(STEPS), "--set", "stop_at_reward=2",
         "--set", "warmup_steps=2", "--set", f"groups_per_step={GROUPS}",
+        "--set", "runner_concurrency=4",  # each runner host plays some seats of every step
     )  # fmt: skip
     runner2, trainer = cluster.network.host("runner2"), cluster.network.host("trainer")
 
@@ -286,7 +288,7 @@ def test_a_lost_runner_host_then_a_lost_trainer_host_lose_nothing(cluster: Clust
         assert runner2.kill_all()  # the host is lost: its runners, its supervisor
         ups.pop("runner2")
         held = held_seats(cluster.database_url, run_id, before, host="runner2")
-        print(f"{len(held)} seats were held on the lost runner host")
+        assert held, "the lost runner host held no seat"
         lost_at = step()
         _wait_for(cluster, "a step after the runner host's loss", lambda: step() > lost_at,
                   ups, timeout=300)  # fmt: skip
@@ -428,27 +430,60 @@ def _ray_start(cluster: Cluster, name: str, *options: str) -> None:
     assert result.returncode == 0, f"ray start on {name}: {result.stderr[-3000:]}"
 
 
+def _role_pids(role: str, database_url: str) -> list[int]:
+    """Processes whose environment names this role and this ledger (Ray's workers, on any host:
+    the hosts share this machine's process ids)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if (
+            f"ROLLOUT_ROLE={role}".encode() in environ
+            and f"ROLLOUT_DATABASE_URL={database_url}".encode() in environ
+        ):
+            found.append(int(entry.name))
+    return found
+
+
 @pytest.mark.timeout(900)
-def test_the_ray_launcher_places_the_run_on_a_head_and_a_worker_host(cluster: Cluster) -> None:
-    steps = 4
+def test_the_ray_launcher_spreads_the_run_over_a_head_and_a_worker_and_restarts_its_trainer(
+    cluster: Cluster,
+) -> None:
+    """The run's roles are Ray actors on two hosts; a SIGKILLed trainer actor is restarted by
+    Ray, takes the lease with a higher epoch, and the run finishes with every version once."""
+    steps = 6
     head, worker = cluster.network.host("rayhead"), cluster.network.host("rayworker")
     address = f"{head.address}:6379"
     run_id = _create(
         cluster, "rayed", "--steps", str(steps), "--set", "stop_at_reward=null",
         "--set", "groups_per_step=2", "--set", "warmup_steps=2",
     )  # fmt: skip
+    trainer = "trainer-rayed"
     try:
         _ray_start(cluster, "rayhead", "--head", "--port=6379", "--include-dashboard=false")
         _ray_start(cluster, "rayworker", f"--address={address}")
-        launcher = head.popen(
+        launcher = {"launcher": head.popen(
             [sys.executable, "-m", "rollout.cli", "up", "--launcher", "ray", "--ray-address",
              address, "--run", "rayed", "--until-finished"],
             env={**cluster.env(head), "RAY_AUTH_MODE": "disabled"},
             log=head.root / "up-rayed.log",
-        )  # fmt: skip
-        _wait_for(cluster, "finished run", lambda: _finished(cluster, run_id),
-                  {"launcher": launcher}, timeout=600)  # fmt: skip
-        assert _stop({"launcher": launcher}) == {"launcher": 0}
+        )}  # fmt: skip
+        step = lambda: int(cluster.query(LAST_STEP, run_id)[0][0])  # noqa: E731
+        _wait_for(cluster, "step 2", lambda: step() >= 2, launcher, timeout=600)
+        [pid] = _role_pids(trainer, cluster.database_url)
+        os.kill(pid, signal.SIGKILL)
+        killed_at = time.time()
+        _wait_for(cluster, "a restarted trainer actor",
+                  lambda: [p for p in _role_pids(trainer, cluster.database_url) if p != pid],
+                  launcher, timeout=300)  # fmt: skip
+        _wait_for(cluster, "finished run", lambda: _finished(cluster, run_id), launcher,
+                  timeout=600)  # fmt: skip
+        assert _stop(launcher) == {"launcher": 0}
+        assert not _role_pids(trainer, cluster.database_url)  # no actor left behind
     except BaseException:
         cluster.explain()
         raise
@@ -457,7 +492,16 @@ def test_the_ray_launcher_places_the_run_on_a_head_and_a_worker_host(cluster: Cl
         head.stop(grace=10)
     versions = [v for (v,) in cluster.query(
         "SELECT version FROM checkpoints WHERE run_id = %s ORDER BY version", run_id)]  # fmt: skip
-    assert versions == list(range(steps + 1))
+    assert versions == list(range(steps + 1))  # no step lost, none taken twice
+    rows = cluster.query(
+        "SELECT lease_epoch, extract(epoch FROM created_at)::float8 FROM train_steps"
+        " WHERE run_id = %s ORDER BY step",
+        run_id,
+    )
+    epochs = [epoch for epoch, _ in rows]
+    assert epochs == sorted(epochs)  # the killed trainer never wrote after its successor
+    after = [epoch for epoch, at in rows if at > killed_at]
+    assert after and min(after) > epochs[0]  # the restarted actor took over with a new epoch
     # Ray placed the run's roles on both hosts (SPREAD), each reaching the others over TCP.
     hosts = {host for (host,) in cluster.query(
         "SELECT DISTINCT host FROM processes WHERE run_id = %s", run_id)}  # fmt: skip
