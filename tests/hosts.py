@@ -374,6 +374,22 @@ class S3Server:
             "AWS_DEFAULT_REGION": "us-east-1",
         }
 
+    def make_bucket(self, name: str, timeout: float = 60) -> None:
+        """Create bucket `name` and wait until an object can be written there (a server that
+        has just started may still refuse the credentials for a moment)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            fs = self.filesystem()
+            try:
+                with contextlib.suppress(FileExistsError):
+                    fs.mkdir(name)
+                fs.pipe(f"{name}/.ready", b"ready")
+                return
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+
     def filesystem(self):
         """An s3fs filesystem on this server (for the test's own reads)."""
         import s3fs

@@ -141,7 +141,7 @@ def cluster(pg_server_url: str) -> Iterator[Cluster]:
     try:
         postgres = postgres_server(network.host("db"), root / "db-data")
         s3 = seaweedfs(network.host("blobs"), root / "blobs-data")
-        s3.filesystem().mkdir(BUCKET)
+        s3.make_bucket(BUCKET)
         with psycopg.connect(postgres.url, autocommit=True) as conn:
             conn.execute("CREATE DATABASE rollout")
         for name in ROLES:
