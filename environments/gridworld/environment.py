@@ -74,8 +74,8 @@ class GridPool(ProcessPool):
     max_instances = 32
     startup_timeout = 60.0
 
-    def command(self, port: int, workdir: Path) -> Sequence[str]:
-        return [sys.executable, "-S", str(SERVER), "--port", str(port)]
+    def command(self, port: int, workdir: Path, host: str) -> Sequence[str]:
+        return [sys.executable, "-S", str(SERVER), "--host", host, "--port", str(port)]
 
     async def reset(self, details: Mapping[str, Any], workdir: Path) -> dict[str, Any]:
         channel = await connect(details["host"], details["port"], "gridworld")

@@ -195,11 +195,12 @@ class Server:
 
 async def main() -> None:
     parser = argparse.ArgumentParser()
+    parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--idle-exit", type=float, default=900.0)
     arguments = parser.parse_args()
     world = Server()
-    server = await asyncio.start_server(world.serve, "127.0.0.1", arguments.port)
+    server = await asyncio.start_server(world.serve, arguments.host, arguments.port)
     async with server:
         # An instance nobody talks to for this long was left behind (its runners and ledger are
         # gone): exit rather than linger. A pool's health check then replaces it if needed.

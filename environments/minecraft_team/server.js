@@ -1,9 +1,10 @@
 // One minecraft_team sandbox instance: a flying-squid server (offline, superflat, 1.21.4) plus
 // a JSON-lines control port for the Python side.
 //
-//   node server.js --port GAME_PORT --world DIR [--idle-exit SECONDS]
+//   node server.js --host ADDRESS --port GAME_PORT --world DIR [--idle-exit SECONDS]
 //
-// The game port speaks the Minecraft protocol (mineflayer bots connect there). The control port
+// Both ports listen on ADDRESS (default 127.0.0.1; the pool gives an address other machines
+// reach). The game port speaks the Minecraft protocol (mineflayer bots connect there). The control port
 // is written to DIR/../control.json once both listen: {"game_port", "control_port"}. Each control
 // request is one JSON line, answered by one JSON line ({"ok": true, ...} or {"ok": false,
 // "error": "..."}):
@@ -33,6 +34,7 @@ function argument (name, fallback) {
   return index >= 0 ? process.argv[index + 1] : fallback
 }
 
+const host = argument('host', '127.0.0.1')
 const gamePort = parseInt(argument('port', '25565'), 10)
 const worldFolder = path.resolve(argument('world', 'world'))
 fs.mkdirSync(worldFolder, { recursive: true })
@@ -40,7 +42,7 @@ fs.mkdirSync(worldFolder, { recursive: true })
 const serv = mcServer.createMCServer({
   motd: 'rollout minecraft_team',
   port: gamePort,
-  host: '127.0.0.1',
+  host,
   'max-players': 16,
   'online-mode': false,
   logging: false,
@@ -197,7 +199,7 @@ function whenPluginsReady (then) {
 }
 
 serv.on('listening', () => whenPluginsReady(() => {
-  control.listen(0, '127.0.0.1', () => {
+  control.listen(0, host, () => {
     const info = { game_port: gamePort, control_port: control.address().port }
     const file = path.join(path.dirname(worldFolder), 'control.json')
     fs.writeFileSync(file + '.tmp', JSON.stringify(info))

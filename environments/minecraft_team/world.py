@@ -51,8 +51,9 @@ class MinecraftPool(ProcessPool):
     max_instances = 2
     startup_timeout = 90.0
 
-    def command(self, port: int, workdir: Path) -> Sequence[str]:
-        return [node(), str(SERVER_JS), "--port", str(port), "--world", str(workdir / "world")]
+    def command(self, port: int, workdir: Path, host: str) -> Sequence[str]:
+        world = str(workdir / "world")
+        return [node(), str(SERVER_JS), "--host", host, "--port", str(port), "--world", world]
 
     async def ready(self, details: Mapping[str, Any]) -> bool:
         control_file = Path(details["workdir"]) / CONTROL_FILE

@@ -1,7 +1,8 @@
 """Local processes by id: whether one runs, is a zombie, or is gone.
 
 - `process_state(pid)`: 'running', 'zombie' (exited, not reaped by its parent) or 'gone';
-- `process_alive(pid)`: whether it runs, a zombie counting as gone.
+- `process_alive(pid)`: whether it runs, a zombie counting as gone;
+- `process_label(name)`: `NAME-HOST-PID`, how this process names itself as a lease holder.
 
 A process that exited stays a zombie until its parent reaps it, and in a container with no init
 nobody reaps the orphans: `os.kill(pid, 0)` still succeeds on one, so a killed server or sandbox
@@ -17,6 +18,7 @@ Example:
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 from typing import Literal
 
@@ -42,3 +44,10 @@ def process_state(pid: int) -> ProcessState:
 def process_alive(pid: int) -> bool:
     """Whether process `pid` runs (a zombie counts as gone)."""
     return process_state(pid) == "running"
+
+
+def process_label(name: str) -> str:
+    """`NAME-HOST-PID`: this process as a holder of claims and leases, unique among the
+    processes of every machine that shares the ledger (two machines' `rollout up` both start a
+    `runner-0`, and pids repeat across machines)."""
+    return f"{name}-{socket.gethostname()}-{os.getpid()}"

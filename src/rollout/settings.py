@@ -17,6 +17,11 @@ variable; `tests/test_settings.py` checks it):
 - `ROLLOUT_VLLM_ENV`: vLLM's own virtual environment (`rollout setup vllm`); unset, `.venv-vllm`
   next to the project's `.venv` (`rollout.inference.vllm_env`).
 - `ROLLOUT_MONITOR_TOKEN`: the token `rollout monitor` requires when `--token` is not given.
+- `ROLLOUT_HOST_ADDRESS`: the address this machine's servers listen on and tell other machines
+  about (sandbox instances, and the inference servers and gateways `rollout up` starts); unset,
+  loopback while the ledger is reached through a Unix socket (the embedded Postgres: every role
+  is on this machine), else the address of the interface that routes outward
+  (`rollout.net.address`).
 
 The platform sets two more for the processes it starts (their names are here too):
 
@@ -47,6 +52,11 @@ Example:
     ... except SettingsError as error:
     ...     print(error)
     ROLLOUT_BLOB_URL must be a folder, file://... or s3://BUCKET/PREFIX, got 'ftp://host/runs'
+    >>> settings.one_machine  # the embedded Postgres: a Unix socket
+    True
+    >>> remote = {"ROLLOUT_DATABASE_URL": "postgresql://u:p@db.internal:5432/rollout"}
+    >>> Settings.from_environ(remote).one_machine
+    False
 
     >>> import tempfile
     >>> root = Path(tempfile.mkdtemp())
@@ -66,7 +76,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 from rollout.errors import RolloutError
 
@@ -77,6 +87,7 @@ DB_OUTAGE_VAR = "ROLLOUT_DB_OUTAGE_S"
 LOG_MAX_VAR = "ROLLOUT_LOG_MAX_MB"
 VLLM_ENV_VAR = "ROLLOUT_VLLM_ENV"
 MONITOR_TOKEN_VAR = "ROLLOUT_MONITOR_TOKEN"
+HOST_ADDRESS_VAR = "ROLLOUT_HOST_ADDRESS"
 OWNER_PID_VAR = "ROLLOUT_OWNER_PID"
 ROLE_VAR = "ROLLOUT_ROLE"
 ENVIRONMENT_VARIABLES = (
@@ -87,6 +98,7 @@ ENVIRONMENT_VARIABLES = (
     LOG_MAX_VAR,
     VLLM_ENV_VAR,
     MONITOR_TOKEN_VAR,
+    HOST_ADDRESS_VAR,
 )
 """The variables people set (`rollout --help` lists them)."""
 READ_VARIABLES = (*ENVIRONMENT_VARIABLES, OWNER_PID_VAR)
@@ -116,6 +128,27 @@ def find_state_dir(start: Path) -> Path:
         except OSError:  # an unreadable file is not a workspace root
             continue
     return start / DEFAULT_STATE_DIR
+
+
+def unix_socket_url(url: str) -> bool:
+    """Whether a Postgres URL (or `key=value` string) connects through a Unix socket: no host, or
+    a host that is a folder.
+
+    Example:
+        >>> unix_socket_url("postgresql://postgres:@/rollout?host=/srv/state/postgres")
+        True
+        >>> unix_socket_url("postgresql://u:p@10.0.0.5:5432/rollout"), unix_socket_url("host=db")
+        (False, False)
+    """
+    if "://" in url:
+        parts = urlsplit(url)
+        options = {key: values[0] for key, values in parse_qs(parts.query).items()}
+        host = parts.hostname or ""
+    else:
+        options = {key: value for key, _, value in (pair.partition("=") for pair in url.split())}
+        host = ""
+    host = host or options.get("host", "") or options.get("hostaddr", "")
+    return not host or host.startswith("/")
 
 
 class SettingsError(RolloutError, ValueError):
@@ -176,6 +209,8 @@ class Settings:
     """The token the monitor requires, when given."""
     owner_pid: int | None = None
     """The pid of the process that started this one, when it said so."""
+    host_address: str | None = None
+    """The address this machine's servers listen on and advertise, when given."""
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -196,7 +231,14 @@ class Settings:
             vllm_env=Path(vllm_env).expanduser().resolve() if vllm_env else None,
             monitor_token=env.get(MONITOR_TOKEN_VAR) or None,
             owner_pid=int(owner) if owner.isdigit() else None,
+            host_address=env.get(HOST_ADDRESS_VAR) or None,
         )
+
+    @property
+    def one_machine(self) -> bool:
+        """Whether the ledger is reached through a Unix socket (the embedded Postgres, or a
+        server's socket on this machine), so that every role using it runs on this machine."""
+        return self.database_url is None or unix_socket_url(self.database_url)
 
     @property
     def postgres_dir(self) -> Path:

@@ -196,7 +196,7 @@ def test_backends_not_available_are_refused_before_anything_starts(
     capsys: pytest.CaptureFixture[str], setting: str, message: str
 ) -> None:
     code, _, err = rollout(
-        capsys, "train", "parity.environment:environment", "--set", setting, "--cluster"
+        capsys, "train", "parity.environment:environment", "--set", setting, "--create-only"
     )
     assert code == 2
     assert message in err and "Traceback" not in err

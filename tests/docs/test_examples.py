@@ -3,8 +3,8 @@
 - ```python blocks are executed in order, one namespace per page.
 - ```console lines of the form `uv run rollout ...` run through the real CLI entry point, with
   `RUN` and `EPISODE` replaced by a run and an episode this test creates. Long-running commands
-  (`train`, `up`, `playground`, `gateway`) are exercised by their own end-to-end tests and are
-  only checked to parse here (`--help`).
+  (`train`, `up`, `playground`, `gateway`, `sandboxes serve`) are exercised by their own
+  end-to-end tests and are only checked to parse here (`--help`).
 - A block preceded by `<!-- no-test -->` is skipped (used only for programs that cannot run
   here, such as Claude Code or Codex).
 
@@ -32,6 +32,7 @@ PAGES = [p for p in PAGES if p.name != "rolloutlib.md"]
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
 LONG_RUNNING = {"train", "up", "playground", "gateway", "inference", "trainer", "runner", "bridge"}
 LONG_RUNNING |= {"monitor"}
+LONG_RUNNING_SUBCOMMANDS = [["sandboxes", "serve"]]
 FENCE = re.compile(r"(<!-- no-test -->\s*)?```(\w+)\n(.*?)```", re.DOTALL)
 
 
@@ -106,6 +107,8 @@ def test_console_examples_run(
         args = [names.get(a, a) for a in args]
         if args[0] in LONG_RUNNING:
             args = [args[0], "--help"]
+        elif args[:2] in LONG_RUNNING_SUBCOMMANDS:
+            args = [*args[:2], "--help"]
         code, out, err = rollout(capsys, *args)
         assert code == 0, f"`rollout {' '.join(args)}` exited {code}: {err or out}"
 

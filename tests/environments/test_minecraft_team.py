@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from rollout.ledger import EpisodeSpec, Ledger
-from rollout.sandboxes import connect
+from tests.environments.minecraft_world import check_built
 from tests.environments.runner_processes import play_in_processes, scripted_gateway, seat_claimers
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,7 +42,7 @@ async def builder_gateway(ledger: Ledger) -> AsyncIterator[str]:
 async def test_four_runner_processes_build_in_one_world(
     ledger: Ledger, database_url: str, builder_gateway: str, tmp_path: Path
 ) -> None:
-    from minecraft_team.environment import BLOCK, MARKER, environment, spots
+    from minecraft_team.environment import environment
     from minecraft_team.world import MinecraftPool
 
     run = await ledger.create_run("team", "minecraft_team.environment:environment", {})
@@ -64,19 +64,7 @@ async def test_four_runner_processes_build_in_one_world(
 
         # The world, read from the server: each agent's spot holds the block it placed, on its
         # marker; the cells the scripted builders stood beside are untouched.
-        targets = spots(SEED, 4)
-        channel = await connect("127.0.0.1", instance.details["control_port"], "test")
-        try:
-            placed = await channel.request({"op": "blocks", "positions": targets})
-            markers = [[x, y - 1, z] for x, y, z in targets]
-            below = await channel.request({"op": "blocks", "positions": markers})
-            beside = [[x + 1, y, z + 1] for x, y, z in targets]
-            around = await channel.request({"op": "blocks", "positions": beside})
-        finally:
-            await channel.close()
-        assert placed["names"] == [BLOCK] * 4
-        assert below["names"] == [MARKER] * 4
-        assert around["names"] == ["air"] * 4
+        await check_built("127.0.0.1", instance.details["control_port"], SEED)
         assert environment.agents == 4
     finally:
         await MinecraftPool().stop(instance.details)

@@ -43,6 +43,7 @@ from rollout.ledger.embedded import database_url, embedded_pid
 from rollout.ledger.leases import trainer_lease
 from rollout.ledger.runs import SECRET_SETTINGS
 from rollout.procs import process_alive
+from tests.launch.run_invariants import check_ledger, held_seats
 
 KILLS = 50
 POSTGRES_KILLS = (3, 5)
@@ -239,18 +240,6 @@ def _last_step(url: str, run_id: str) -> int:
     return int(row[0]) if row else 0
 
 
-def _held(url: str, run_id: str, before: float) -> set[tuple[str, int, int]]:
-    """Unended seats whose current attempt was claimed before `before` (the dead runner's)."""
-    with psycopg.connect(url) as conn:
-        rows = conn.execute(
-            "SELECT c.episode_id, c.agent, c.attempt FROM seat_claims c JOIN seats s"
-            "  ON s.episode_id = c.episode_id AND s.agent = c.agent AND s.attempt = c.attempt"
-            " WHERE c.run_id = %s AND NOT s.done AND c.claimed_at < to_timestamp(%s)",
-            (run_id, before),
-        ).fetchall()
-    return {(episode, agent, attempt) for episode, agent, attempt in rows}
-
-
 @pytest.mark.slow
 def test_a_run_survives_50_random_kill_9s(embedded_state_dir: Path) -> None:
     seed = int(os.environ.get("ROLLOUT_CHAOS_SEED") or random.randrange(2**32))
@@ -290,7 +279,7 @@ def test_a_run_survives_50_random_kill_9s(embedded_state_dir: Path) -> None:
             recoveries[kind].append(seconds)
             if kind == "runner":  # its seats are played again once their claims expire
                 _pause(0.5 - seconds, guard)  # a commit already on its way lands first
-                held |= _held(url, run_id, before)
+                held |= held_seats(url, run_id, before)
             pause = rng.random()
             print(f"kill {index + 1:2d} at {time.monotonic() - began:6.1f} s: {kind} back in"
                   f" {seconds:.2f} s, pause {pause:.2f} s")  # fmt: skip
@@ -320,7 +309,14 @@ def test_a_run_survives_50_random_kill_9s(embedded_state_dir: Path) -> None:
     assert summary["status"] == "finished" and summary["steps"] == STEPS, summary
     left = _with_run_id(run_id)  # the supervisor and its roles have stopped
     assert not left, [_argv(pid) for pid in left]
-    _check_ledger(url, run_id, trainer_killed=bool(recoveries["trainer"]), held=held)
+    check_ledger(
+        url,
+        run_id,
+        steps=STEPS,
+        groups=GROUPS,
+        trainer_killed=bool(recoveries["trainer"]),
+        held=held,
+    )
 
 
 def _explain(url: str, state: Path, train: subprocess.Popen[str]) -> None:
@@ -344,77 +340,3 @@ def _explain(url: str, state: Path, train: subprocess.Popen[str]) -> None:
         lines = log_file.read_text(errors="replace").splitlines()
         print(f"--- {log_file.name} (last 40 of {len(lines)} lines)")
         print("\n".join(lines[-40:]))
-
-
-def _check_ledger(
-    url: str, run_id: str, *, trainer_killed: bool, held: set[tuple[str, int, int]]
-) -> None:
-    with psycopg.connect(url) as conn:
-        chain = conn.execute(
-            "SELECT version, parent_version, lease_epoch FROM checkpoints WHERE run_id = %s"
-            " ORDER BY version",
-            (run_id,),
-        ).fetchall()
-        # Versions 0..N once each, each the child of the one before: one parent chain.
-        assert [v for v, _, _ in chain] == list(range(STEPS + 1)), chain
-        assert [p for _, p, _ in chain] == [None, *range(STEPS)], chain
-        steps = conn.execute(
-            "SELECT step, lease_epoch FROM train_steps WHERE run_id = %s ORDER BY step", (run_id,)
-        ).fetchall()
-        assert [s for s, _ in steps] == list(range(STEPS + 1)), steps
-        # A fenced-out trainer never wrote after its successor: epochs never go back.
-        for epochs in ([e for _, e in steps], [e for _, _, e in chain]):
-            assert epochs == sorted(epochs), (steps, chain)
-        if trainer_killed:  # a new trainer (a new lease epoch) carried on after a kill
-            assert steps[-1][1] > steps[0][1], steps
-        # Each consumed group was trained once, and only complete groups were trained.
-        groups = conn.execute(
-            "SELECT count(*), count(DISTINCT group_index) FROM consumed_groups WHERE run_id = %s",
-            (run_id,),
-        ).fetchone()
-        assert groups is not None and groups[0] == groups[1] == STEPS * GROUPS, groups
-        unfinished = conn.execute(
-            "SELECT count(*) FROM consumed_groups c JOIN episodes e"
-            "  ON e.run_id = c.run_id AND e.group_index = c.group_index"
-            " JOIN seats s ON s.episode_id = e.episode_id"
-            " WHERE c.run_id = %s AND NOT s.done",
-            (run_id,),
-        ).fetchone()
-        assert unfinished == (0,)
-        # Every seat's end was written by its final attempt.
-        stale_ends = conn.execute(
-            "SELECT s.episode_id, s.agent, s.attempt, e.attempt FROM seats s JOIN seat_ends e"
-            "  ON e.episode_id = s.episode_id AND e.agent = s.agent"
-            " WHERE s.run_id = %s AND s.attempt <> e.attempt",
-            (run_id,),
-        ).fetchall()
-        assert not stale_ends, stale_ends
-        # A seat a killed runner held was ended, if at all, by a later attempt.
-        ends = dict(
-            ((episode, agent), attempt)
-            for episode, agent, attempt in conn.execute(
-                "SELECT episode_id, agent, attempt FROM seat_ends WHERE run_id = %s", (run_id,)
-            )
-        )
-        replayed = {(e, a): ends[e, a] for e, a, _ in held if (e, a) in ends}
-        assert all(ends[e, a] > attempt for e, a, attempt in held if (e, a) in ends), replayed
-        # Every recorded turn belongs to exactly one attempt (a claim of its seat).
-        orphans = conn.execute(
-            "SELECT t.episode_id, t.agent, t.attempt, t.turn_index, count(c.attempt)"
-            " FROM turns t LEFT JOIN seat_claims c ON c.episode_id = t.episode_id"
-            "  AND c.agent = t.agent AND c.attempt = t.attempt"
-            " WHERE t.run_id = %s GROUP BY 1, 2, 3, 4 HAVING count(c.attempt) <> 1",
-            (run_id,),
-        ).fetchall()
-        assert not orphans, orphans
-        # A trained seat's turns are its final attempt's, numbered 0..k-1 without a gap.
-        gaps = conn.execute(
-            "SELECT t.episode_id, t.agent FROM consumed_groups g JOIN episodes e"
-            "  ON e.run_id = g.run_id AND e.group_index = g.group_index"
-            " JOIN seats s ON s.episode_id = e.episode_id"
-            " JOIN turns t ON t.episode_id = s.episode_id AND t.agent = s.agent"
-            "  AND t.attempt = s.attempt"
-            " WHERE g.run_id = %s GROUP BY 1, 2 HAVING max(t.turn_index) + 1 <> count(*)",
-            (run_id,),
-        ).fetchall()
-        assert not gaps, gaps

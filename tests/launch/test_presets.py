@@ -6,9 +6,6 @@ import asyncio
 import json
 import os
 import shutil
-import stat
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -17,6 +14,7 @@ import yaml
 from rollout.launch.presets import resolve_preset
 from rollout.ledger import Ledger
 from tests.cli_helpers import rollout
+from tests.launch.kubectl import fake_kubectl
 
 SHIPPED = Path(__file__).resolve().parents[2] / "deploy" / "chart" / "rollout" / "files" / "presets"
 
@@ -103,64 +101,13 @@ def test_cluster_without_kubectl_is_one_clear_line(
     assert len(err.strip().splitlines()) == 1
 
 
-# A stand-in for kubectl (no cluster here): it answers the two reads `--cluster` makes from the
-# release's objects and port-forwards to the test's real Postgres with a TCP relay.
-FAKE_KUBECTL = textwrap.dedent(
-    """\
-    #!{python}
-    import asyncio, base64, json, sys
-    args = sys.argv[1:]
-    if args[:2] == ["get", "configmap"]:
-        data = {{"databaseSecret": "demo-rollout-ledger", "databaseKey": "database-url",
-                 "postgresService": "demo-rollout-postgres"}}
-        print(json.dumps({{"items": [{{"data": data}}]}}))
-    elif args[:3] == ["get", "secret", "demo-rollout-ledger"]:
-        print(base64.b64encode({url!r}.encode()).decode())
-    elif args[0] == "port-forward" and args[1] == "svc/demo-rollout-postgres":
-        local = int(args[2].split(":")[0])
-        async def pipe(reader, writer):
-            while data := await reader.read(65536):
-                writer.write(data)
-                await writer.drain()
-            writer.close()
-        async def relay(reader, writer):
-            if {host!r}.startswith("/"):  # a Unix socket folder, as the embedded Postgres listens
-                up = await asyncio.open_unix_connection({host!r} + "/.s.PGSQL.5432")
-            else:
-                up = await asyncio.open_connection({host!r}, {port})
-            up_reader, up_writer = up
-            await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
-        async def main():
-            server = await asyncio.start_server(relay, "127.0.0.1", local)
-            await server.serve_forever()
-        asyncio.run(main())
-    else:
-        sys.exit("unexpected kubectl " + " ".join(args))
-    """
-)
-
-
 def test_cluster_port_forwards_to_the_release_ledger(
     capsys: pytest.CaptureFixture[str],
     ledger_env: str,
     monkeypatch: pytest.MonkeyPatch,
     tmp_path: Path,
 ) -> None:
-    from urllib.parse import parse_qs, urlsplit
-
-    parts = urlsplit(ledger_env)
-    socket_dir = parse_qs(parts.query).get("host", [""])[0]
-    host, port = (socket_dir, 0) if socket_dir.startswith("/") else (parts.hostname, parts.port)
-    # The release's secret holds the in-cluster URL: only the port-forward makes it reachable.
-    credentials = parts.netloc.rpartition("@")[0]
-    in_cluster = f"postgresql://{credentials}@demo-rollout-postgres:5432{parts.path}"
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    kubectl = bin_dir / "kubectl"
-    kubectl.write_text(
-        FAKE_KUBECTL.format(python=sys.executable, url=in_cluster, host=host, port=port or 5432)
-    )
-    kubectl.chmod(kubectl.stat().st_mode | stat.S_IEXEC)
+    bin_dir = fake_kubectl(tmp_path / "bin", ledger_env)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("ROLLOUT_DATABASE_URL", "postgresql://nobody@127.0.0.1:1/none")
     code, out, err = rollout(capsys, "preset", "load", str(SHIPPED), "--cluster", "--json")

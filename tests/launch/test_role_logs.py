@@ -1,6 +1,6 @@
 """Role logs are rotated by size while their role keeps writing, and keep three older files.
 
-The role is a real child process started by the local supervisor (`LocalSupervisor._ensure`,
+The role is a real child process started by the local supervisor (`LocalSupervisor._keep`,
 as `rollout up` starts every role), printing numbered lines as fast as it can into its log.
 """
 
@@ -45,7 +45,7 @@ async def test_a_writing_role_s_log_is_rotated_in_place_keeping_three_older_file
     # The supervisor's own loop calls rotate_logs in a thread; here the test is that loop.
     settings = dataclasses.replace(get_settings(), state_dir=tmp_path, log_max_bytes=20_000)
     supervisor = LocalSupervisor(ledger, settings)
-    role = supervisor._ensure("chatty", [sys.executable, "-c", CHATTY])  # pyright: ignore[reportPrivateUsage]
+    role = supervisor._keep("chatty", [sys.executable, "-c", CHATTY])  # pyright: ignore[reportPrivateUsage]
     try:
         assert role.log_path == tmp_path / "logs" / "chatty.log"
         rotations = 0

@@ -173,6 +173,30 @@ def fill(
             " (%(lease)s, 'trainer-synthetic-42', 1, now() + interval '1 minute')",
             p,
         )
+        # Heartbeats: the run's roles on host 'synthetic' (pids matching the facts above),
+        # its evaluator, a bridge that stopped and a runner that died (no beat for 5 minutes).
+        # The live ones beat every 10 minutes, so they stay alive while the tests read them.
+        conn.execute(
+            """
+            INSERT INTO processes (process_id, host, pid, role, run_id, status, interval_s,
+                                   beat_at, stopped_at)
+            VALUES ('synthetic:42:a', 'synthetic', 42, 'trainer', %(run)s, 'training', 600,
+                    now(), NULL),
+                   ('synthetic:7:b', 'synthetic', 7, 'runner', %(run)s, 'playing seats', 600,
+                    now(), NULL),
+                   ('gpu-1:9:c', 'gpu-1', 9, 'inference', %(run)s,
+                    'serving at http://10.1.2.3:9001', 600, now(), NULL),
+                   ('synthetic:11:d', 'synthetic', 11, 'evaluator', %(run)s, 'evaluating', 600,
+                    now(), NULL),
+                   ('synthetic:5:e', 'synthetic', 5, 'supervisor', NULL, 'supervising', 600,
+                    now(), NULL),
+                   ('synthetic:6:f', 'synthetic', 6, 'bridge', NULL, 'stopped', 2,
+                    now() - interval '1 minute', now() - interval '1 minute'),
+                   ('other:8:g', 'other', 8, 'runner', NULL, 'playing seats', 2,
+                    now() - interval '5 minutes', NULL)
+            """,
+            p,
+        )
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("VACUUM ANALYZE")  # as autovacuum would: fresh statistics for the planner
     return Synthetic(run_id, name, episodes, turns_per_episode, steps)

@@ -142,21 +142,24 @@ async def test_checkpoint_tree(api: httpx.AsyncClient, big_run: BigRun) -> None:
 
 async def test_machines(api: httpx.AsyncClient) -> None:
     machines = (await api.get("/api/machines")).json()["items"]
-    by_role = {m["role"]: [x for x in machines if x["role"] == m["role"]] for m in machines}
-    (trainer,) = by_role["trainer"]
-    assert trainer["id"] == "trainer-synthetic-42" and trainer["host"] == "synthetic"
-    assert trainer["state"] == "alive" and trainer["detail"]["epoch"] == 1
-    (runner,) = by_role["runner"]
-    # Its last claim was ten minutes ago and every seat it held has ended.
-    assert runner["host"] == "synthetic" and runner["state"] == "dead"
-    assert runner["detail"]["claims"] == 5000
-    servers = {m["id"]: m for m in by_role["inference"]}
-    assert servers["http://127.0.0.1:9001"]["state"] == "alive"
-    assert servers["http://10.1.2.3:9001"]["host"] == "10.1.2.3"
-    assert servers["http://10.1.2.3:9001"]["state"] == "loading"  # behind a fresh record
-    (gateway,) = by_role["gateway"]
-    assert gateway["id"] == "http://127.0.0.1:9" and gateway["last_seen"] is not None
-    assert (await api.get("/api/machines", params={"stale_s": 0})).status_code == 400
+    by_id = {m["id"]: m for m in machines}
+    assert len(by_id) == 7  # every process that beat in the last ten minutes
+    trainer = by_id["synthetic:42:a"]
+    assert trainer["role"] == "trainer" and trainer["host"] == "synthetic"
+    assert trainer["state"] == "alive" and trainer["detail"]["epoch"] == 1  # its lease
+    runner = by_id["synthetic:7:b"]
+    assert runner["state"] == "alive" and runner["detail"]["claims"] == 5000
+    server = by_id["gpu-1:9:c"]
+    assert server["host"] == "gpu-1" and server["detail"]["serving_version"] == 197
+    evaluator = by_id["synthetic:11:d"]
+    assert evaluator["role"] == "evaluator" and evaluator["run_id"] == "big00000"
+    assert by_id["synthetic:5:e"]["role"] == "supervisor"
+    bridge = by_id["synthetic:6:f"]
+    assert bridge["role"] == "bridge" and bridge["state"] == "stopped"
+    assert by_id["other:8:g"]["state"] == "dead"  # no beat for five minutes
+    recent = (await api.get("/api/machines", params={"recent_s": 120})).json()["items"]
+    assert "other:8:g" not in {m["id"] for m in recent}
+    assert (await api.get("/api/machines", params={"recent_s": 0})).status_code == 400
 
 
 async def test_pages_render_on_a_large_run(api: httpx.AsyncClient) -> None:
@@ -169,7 +172,7 @@ async def test_pages_render_on_a_large_run(api: httpx.AsyncClient) -> None:
         ("/episodes/big00000-train-g0-m3", "Agent 0"),
         ("/_/episodes/big00000-train-g0-m3/agents/0/turns", "needle-3 turn 19"),
         ("/_/episodes/big00000-train-g0-m3/agents/0/turns/2/tokens", "logprob -0.25"),
-        ("/machines", "trainer-synthetic-42"),
+        ("/machines", "synthetic:42:a"),
     ]:
         response = await api.get(path)
         assert response.status_code == 200, (path, response.text[:500])

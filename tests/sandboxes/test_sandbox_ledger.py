@@ -139,3 +139,24 @@ async def test_replayed_agent_takes_over_or_joins(ledger: Ledger) -> None:
     assert partner is not None and partner.joined
     again = await _claim(ledger, "e1", agent=0, attempt=3)
     assert again is not None and again.joined and again.epoch == 2
+
+
+async def test_a_clean_served_instance_is_claimed_from_any_host_until_used(
+    ledger: Ledger,
+) -> None:
+    await ledger.register_sandbox("pool", "box", {}, seats=2, instance_id="local-to-box")
+    await ledger.register_sandbox("pool", "box", {}, seats=2, instance_id="served", served=True)
+    # From host h: box's own instance is not for it (only box can reset it); the served one is.
+    claim = await _claim(ledger, "e1")
+    assert claim is not None and claim.instance_id == "served" and not claim.needs_reset
+    assert await _claim(ledger, "e2") is None
+    await ledger.finish_sandbox_seat(claim, 0)
+    assert await ledger.finish_sandbox_seat(claim, 1) is True
+    # Used, it is dirty: no other host claims it; its host retires it (the used served ones
+    # only) to start a fresh one.
+    assert await _claim(ledger, "e2") is None
+    spent = await ledger.retire_idle_sandboxes("box", ["pool"], holder="box-host", spent=True)
+    assert [r.instance_id for r in spent] == ["served"]
+    events = [(e.event, e.detail) for e in await ledger.sandbox_events("served")]
+    assert events[-1] == ("retired", "used: replaced by its host")
+    assert [r.instance_id for r in await ledger.list_sandboxes()] == ["local-to-box"]

@@ -22,8 +22,8 @@ class FolderServer(ProcessPool):
     max_instances = 1
     startup_timeout = 20.0
 
-    def command(self, port: int, workdir: Path) -> Sequence[str]:
-        return [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"]
+    def command(self, port: int, workdir: Path, host: str) -> Sequence[str]:
+        return [sys.executable, "-m", "http.server", str(port), "--bind", host]
 
 
 class Holding(Task):

@@ -25,10 +25,18 @@ def monitor(
             f"default: {MONITOR_TOKEN_VAR}).",
         ),
     ] = None,
+    cluster: Annotated[
+        bool,
+        typer.Option(
+            help="The ledger of the cluster of the current kube context (via kubectl); stops "
+            "with one line when it cannot be reached.",
+        ),
+    ] = False,
 ) -> None:
     """Serve the web monitor: runs with live plots and controls, every transcript with its
     tokens, the checkpoint tree, and every process the ledger has seen."""
     import asyncio
+    import contextlib
     import signal
 
     from rollout.monitor.app import check_binding, serve
@@ -37,7 +45,7 @@ def monitor(
     token = token or get_settings().monitor_token
     check_binding(host, token)  # refuse before connecting to anything
 
-    async def go() -> None:
+    async def go(database_url: str | None) -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -47,7 +55,14 @@ def monitor(
             host=host,
             port=port,
             token=token,
+            database_url=database_url,
             echo=lambda text: console.print(text, markup=False, highlight=False),
         )
 
-    run_async(go())
+    with contextlib.ExitStack() as stack:
+        database_url = None
+        if cluster:
+            from rollout.launch.cluster import cluster_ledger
+
+            database_url = stack.enter_context(cluster_ledger())  # open while the monitor runs
+        run_async(go(database_url))

@@ -141,11 +141,16 @@ def up(
     ] = None,
     role: Annotated[
         list[str] | None,
-        typer.Option("--role", help="With --launcher ray: only these roles (repeatable)."),
+        typer.Option(
+            "--role",
+            help="Only these roles on this machine (repeatable): inference, gateway, trainer, "
+            "evaluator, runner, bridge.",
+        ),
     ] = None,
 ) -> None:
     """Start every role under one supervisor (embedded Postgres by default): as local processes,
-    or as Ray actors with `--launcher ray`."""
+    or as Ray actors with `--launcher ray`. With `--role`, only those roles: the others run on
+    other machines that share the database URL and the blob URL."""
     if launcher == "ray":
         from rollout.launch.ray import launch
 
@@ -157,8 +162,10 @@ def up(
         return
     if launcher != "local":
         raise RolloutError(f"--launcher must be local or ray, got {launcher!r}")
-    if role or ray_address:
-        raise RolloutError("--role and --ray-address need --launcher ray")
+    if ray_address:
+        raise RolloutError("--ray-address needs --launcher ray")
+    from rollout.launch.local import check_roles
     from rollout.launch.roles import supervise
 
-    _serve_role(lambda stop: supervise(stop, runs=run, until_finished=until_finished))
+    roles = check_roles(role)  # before anything starts
+    _serve_role(lambda stop: supervise(stop, runs=run, until_finished=until_finished, roles=roles))

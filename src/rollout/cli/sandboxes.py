@@ -1,4 +1,5 @@
-"""`rollout sandboxes list`: the sandbox instances in the ledger and their claims.
+"""`rollout sandboxes list|serve`: the sandbox instances in the ledger and their claims, and a
+machine that keeps instances for runners on every host.
 
 A computer's line adds what it uses now (asked of the computer itself: memory, processes, disk,
 CPU time, commands); its claim's secret is never printed.
@@ -80,3 +81,21 @@ def sandboxes_list(
 def _public(details: Mapping[str, Any]) -> dict[str, Any]:
     """An instance's details without its claim's secret."""
     return {key: "(hidden)" if key == "secret" else value for key, value in details.items()}
+
+
+@sandboxes_app.command("serve")
+def sandboxes_serve(
+    environment: Annotated[str, typer.Argument(help="The environment, as MODULE:ATTR.")],
+    instances: Annotated[int, typer.Option(min=1, help="Instances to keep (in use or idle).")] = 1,
+) -> None:
+    """Keep instances of the environment's pool on this machine for runners on every host.
+
+    A runner on any machine may claim one that is clean; once an episode has used it, this
+    machine replaces it with a fresh one. Instances listen on ROLLOUT_HOST_ADDRESS (else this
+    machine's outward address when the ledger is reached over TCP).
+    """
+    from rollout.cli.roles import _serve_role
+    from rollout.launch.roles import sandbox_host, served_pool
+
+    pool = served_pool(environment)  # a broken environment fails before anything starts
+    _serve_role(lambda stop: sandbox_host(stop, pool=pool, instances=instances))

@@ -24,8 +24,19 @@ def train(
     ] = None,
     name: Annotated[str | None, typer.Option(help="Run name (default: generated).")] = None,
     model: Annotated[str | None, typer.Option(help="Model folder (overrides the preset).")] = None,
+    create_only: Annotated[
+        bool,
+        typer.Option(
+            "--create-only",
+            help="Only create the run; roles started elsewhere (rollout up) train it.",
+        ),
+    ] = False,
     cluster: Annotated[
-        bool, typer.Option(help="Only create the run; the cluster's roles pick it up.")
+        bool,
+        typer.Option(
+            help="Create the run in the ledger of the cluster of the current kube context (via "
+            "kubectl); its roles train it. Stops with one line when it cannot be reached.",
+        ),
     ] = False,
     overrides: Annotated[
         list[str] | None,
@@ -50,6 +61,7 @@ def train(
         cluster=cluster,
         console=err_console if as_json else console,
         launcher=launcher,
+        create_only=create_only,
     )
     if as_json:
         print_json(summary)

@@ -1,11 +1,21 @@
 """`rollout up`: every role of the platform on one machine, under one supervisor.
 
 Global roles: the bridge and the runners. Per active run: an inference server, a gateway and a
-trainer. Each role is a separate `rollout <role>` process with the ledger's URL in its
-environment; its output goes to `<state_dir>/logs/<role>.log` (rotated by size: role_logs). A
-role that dies is restarted (with back-off); because every role is a follower of the ledger and
-the blob store, a restart loses nothing. Ports are chosen once per run and recorded as run
-settings (`inference_url`, `gateway_url`), so a restarted role comes back at the same address.
+trainer (and an evaluator while the run has evals to score). Each role is a separate
+`rollout <role>` process with the ledger's URL in its environment; its output goes to
+`<state_dir>/logs/<role>.log` (rotated by size: role_logs). A role that dies is restarted (with
+back-off); because every role is a follower of the ledger and the blob store, a restart loses
+nothing.
+
+`roles` (`rollout up --role ROLE`, repeatable) starts only those roles here, so several machines
+share a run: one machine's supervisor runs the trainer and the bridge, another's the inference
+server and the gateway, others the runners, all on one database URL and one blob URL.
+
+The inference server and the gateway listen on this machine's service address
+(`rollout.net.address`: loopback when the ledger is this machine's embedded Postgres, else an
+address other machines reach) on a port chosen once per run and recorded as run settings
+(`inference_url`, `gateway_url`), so a restarted role comes back at the same address; a URL that
+another machine recorded is replaced.
 """
 
 from __future__ import annotations
@@ -18,14 +28,17 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from rollout.launch.db_watch import watch_embedded
+from rollout.launch.errors import LaunchError
 from rollout.launch.failures import check_failures
 from rollout.launch.owner import owned_env, this_owner
 from rollout.launch.role_logs import own_log, rotate_if_large
 from rollout.ledger import Ledger, RunRecord
+from rollout.net.address import service_address
 from rollout.net.server import free_port
 from rollout.runs import live
 from rollout.runs.config import RunConfig
@@ -34,6 +47,11 @@ from rollout.runs.spec import RunSpec
 from rollout.settings import Settings
 
 log = logging.getLogger("rollout.up")
+
+ROLES = ("inference", "gateway", "trainer", "evaluator", "runner", "bridge")
+"""Every role the supervisor starts (`rollout up --role` picks some)."""
+RUN_ROLES = ("inference", "gateway", "trainer")
+"""The roles of one active run."""
 
 HEALTHY_S = 10.0
 """A role that ran this long before it exited is restarted without back-off."""
@@ -95,6 +113,29 @@ def role_argv(*args: str) -> list[str]:
     return [sys.executable, "-m", "rollout.cli", *args]
 
 
+def check_roles(roles: list[str] | None) -> frozenset[str] | None:
+    """The roles asked for (None: every role).
+
+    Raises:
+        LaunchError: one of them is not a role, naming it.
+
+    Example:
+        >>> sorted(check_roles(["runner", "trainer"]) or ())
+        ['runner', 'trainer']
+        >>> check_roles(["trainer", "runners"])
+        Traceback (most recent call last):
+        ...
+        rollout.launch.errors.LaunchError: --role must be one of inference, gateway, trainer, \
+evaluator, runner, bridge, got 'runners'
+    """
+    if not roles:
+        return None
+    for role in roles:
+        if role not in ROLES:
+            raise LaunchError(f"--role must be one of {', '.join(ROLES)}, got {role!r}")
+    return frozenset(roles)
+
+
 class LocalSupervisor:
     """Keeps the roles of the selected runs alive until stopped (or until those runs finish)."""
 
@@ -106,12 +147,16 @@ class LocalSupervisor:
         runs: list[str] | None = None,
         until_finished: bool = False,
         runners: int | None = None,
+        roles: frozenset[str] | None = None,
     ) -> None:
         self.ledger = ledger
         self.settings = settings
         self.run_filter = runs
         self.until_finished = until_finished
         self.runner_count = runners
+        self.roles = roles
+        # Where the inference server and the gateway listen: judged by this ledger's URL.
+        self.address = service_address(replace(settings, database_url=ledger.url))
         self.processes: dict[str, ManagedProcess] = {}
         self._specs: dict[str, RunSpec | None] = {}
         self._failed: set[str] = set()
@@ -124,7 +169,17 @@ class LocalSupervisor:
         env.setdefault("TOKENIZERS_PARALLELISM", "false")
         self.env = env
 
-    def _ensure(self, name: str, argv: list[str]) -> ManagedProcess:
+    def runs_role(self, role: str) -> bool:
+        """Whether this supervisor starts `role` (`rollout up --role`)."""
+        return self.roles is None or role in self.roles
+
+    def _ensure(self, name: str, role: str, *args: str) -> None:
+        """Keep process `name` (`rollout ROLE ARGS`) running, if this supervisor runs `role`."""
+        if self.runs_role(role):
+            self._keep(name, role_argv(role, *args))
+
+    def _keep(self, name: str, argv: list[str]) -> ManagedProcess:
+        """Start process `name` (`argv`), or start it again once it exited (with back-off)."""
         managed = self.processes.get(name)
         if managed is None:
             managed = ManagedProcess(
@@ -160,16 +215,14 @@ class LocalSupervisor:
         if managed is not None:
             managed.stop()
 
-    async def _run_urls(self, run_id: str) -> tuple[str, str]:
-        settings = await self.ledger.run_settings(run_id)
-        urls = []
-        for role, key in live.ADVERTISED_URLS.items():
-            url = settings.url_of(role)
-            if not url:
-                url = f"http://127.0.0.1:{free_port()}"
-                await self.ledger.set_setting(run_id, key, url)
-            urls.append(url)
-        return urls[0], urls[1]
+    async def _run_url(self, run_id: str, role: str) -> str:
+        """The URL `role` (inference or gateway) serves `run_id` at from this machine: the one
+        recorded, when it is on this machine's address, else a free port, recorded."""
+        url = (await self.ledger.run_settings(run_id)).url_of(role)
+        if not url or urlsplit(url).hostname != self.address:
+            url = f"http://{self.address}:{free_port(self.address)}"
+            await self.ledger.set_setting(run_id, live.ADVERTISED_URLS[role], url)
+        return url
 
     async def _wanted(self, run: RunRecord, settings: live.RunSettings) -> bool:
         """Whether an unfinished run should train: not failed (past the failure threshold, until
@@ -209,23 +262,19 @@ class LocalSupervisor:
             wanted = settings.finished or await self._wanted(run, settings)
             # A run with an eval schedule has an evaluator until its last eval is scored.
             if wanted and spec.training.evals and not settings.evaluated:
-                self._ensure(f"evaluator-{run.name}", role_argv("evaluator", "--run", run.run_id))
+                self._ensure(f"evaluator-{run.name}", "evaluator", "--run", run.run_id)
                 evaluating = True
             else:
                 self._retire(f"evaluator-{run.name}")
-            if not wanted:
-                for role in ("inference", "gateway", "trainer"):
-                    self._retire(f"{role}-{run.name}")
-                continue
-            if settings.finished:
-                for role in ("inference", "gateway", "trainer"):
+            if not wanted or settings.finished:
+                for role in RUN_ROLES:
                     self._retire(f"{role}-{run.name}")
                 continue
             active.append(run)
             presets.append(spec.training)
         if self.until_finished and not active and not evaluating:
             return False
-        self._ensure("bridge", role_argv("bridge"))
+        self._ensure("bridge", "bridge")
         wanted_runners = self.runner_count or max([p.runners for p in presets] or [1])
         concurrency = max([p.runner_concurrency for p in presets] or [32])
         # Supervising chosen runs: runners play only theirs, never seats left by other runs.
@@ -233,23 +282,17 @@ class LocalSupervisor:
         for index in range(wanted_runners):
             self._ensure(
                 f"runner-{index}",
-                role_argv(
-                    "runner", "--concurrency", str(concurrency), "--name", f"runner-{index}", *only
-                ),
-            )
+                "runner", "--concurrency", str(concurrency), "--name", f"runner-{index}", *only,
+            )  # fmt: skip
         for run in active:
-            inference_url, gateway_url = await self._run_urls(run.run_id)
-            self._ensure(
-                f"inference-{run.name}",
-                role_argv(
-                    "inference", "--run", run.run_id, "--port", inference_url.rsplit(":", 1)[1]
-                ),
-            )
-            self._ensure(
-                f"gateway-{run.name}",
-                role_argv("gateway", "--run", run.run_id, "--port", gateway_url.rsplit(":", 1)[1]),
-            )
-            self._ensure(f"trainer-{run.name}", role_argv("trainer", "--run", run.run_id))
+            for role in ("inference", "gateway"):
+                if self.runs_role(role):
+                    port = str(urlsplit(await self._run_url(run.run_id, role)).port)
+                    self._ensure(
+                        f"{role}-{run.name}",
+                        role, "--run", run.run_id, "--host", self.address, "--port", port,
+                    )  # fmt: skip
+            self._ensure(f"trainer-{run.name}", "trainer", "--run", run.run_id)
         return True
 
     async def run(self, stop: asyncio.Event) -> None:

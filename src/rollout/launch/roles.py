@@ -190,6 +190,7 @@ async def trainer(stop: asyncio.Event, *, run: str) -> None:
         await ledger.start_heartbeat("trainer", run_id=record.run_id, status="training")
         await Trainer(ledger, BlobStore.from_url(), record.run_id, work_dir=work).run(stop)
         if not stop.is_set():  # finished: stay until told to stop, so the supervisor is calm
+            ledger.set_process_status(live.FINISHED)  # the machines page shows it finished
             await stop.wait()
     finally:
         await ledger.close()
@@ -206,7 +207,7 @@ async def runner(
         await ledger.start_heartbeat("runner", run_id=run_id, status="playing seats")
         worker = Runner(
             ledger,
-            runner_id=f"{name or default_runner_id()}-{os.getpid()}",
+            runner_id=default_runner_id(name or "runner"),
             run_id=run_id,
             concurrency=concurrency,
         )
@@ -229,7 +230,41 @@ async def bridge(stop: asyncio.Event) -> None:
         await ledger.close()
 
 
-async def supervise(stop: asyncio.Event, *, runs: list[str] | None, until_finished: bool) -> None:
+def served_pool(environment: str) -> Any:
+    """The sandbox pool of `environment` (MODULE:ATTR), for `rollout sandboxes serve`.
+
+    Raises:
+        LaunchError: the environment cannot be loaded, or its episodes claim no sandbox.
+    """
+    from rollout.harness.loading import load_environment
+    from rollout.launch.errors import LaunchError
+    from rollout.sandboxes import sandbox_pool
+
+    pool = sandbox_pool(load_environment(environment))
+    if pool is None:
+        raise LaunchError(f"{environment}: its episodes claim no sandbox (it has no pool)")
+    return pool
+
+
+async def sandbox_host(stop: asyncio.Event, *, pool: Any, instances: int) -> None:
+    """Keep `instances` served instances of `pool` on this machine (`rollout.sandboxes.host`)."""
+    from rollout.sandboxes import SandboxHost
+
+    ledger = await _connect()
+    try:
+        await ledger.start_heartbeat("sandboxes", status=f"serving {pool.name}")
+        await SandboxHost(ledger, pool, count=instances).run(stop)
+    finally:
+        await ledger.close()
+
+
+async def supervise(
+    stop: asyncio.Event,
+    *,
+    runs: list[str] | None,
+    until_finished: bool,
+    roles: frozenset[str] | None = None,
+) -> None:
     from rollout.launch.local import LocalSupervisor
     from rollout.launch.owner import this_owner
 
@@ -241,9 +276,10 @@ async def supervise(stop: asyncio.Event, *, runs: list[str] | None, until_finish
             with contextlib.suppress(LookupError):  # a run not created yet: no run id
                 sole = (await ledger.get_run(runs[0])).run_id
         await ledger.start_heartbeat("supervisor", run_id=sole, status="supervising")
-        await LocalSupervisor(ledger, get_settings(), runs=runs, until_finished=until_finished).run(
-            stop
+        supervisor = LocalSupervisor(
+            ledger, get_settings(), runs=runs, until_finished=until_finished, roles=roles
         )
+        await supervisor.run(stop)
         if this_owner().gone() and runs:
             # `rollout train` died (kill -9) before marking its run: mark it, so plain `rollout
             # up` leaves it alone and `rollout up --run RUN` resumes it on purpose.

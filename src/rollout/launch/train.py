@@ -7,10 +7,16 @@ The steps, each in a module of its own:
 2. the model folder is found or built (`model_folder.resolve_model`);
 3. one ledger connection is opened for the whole command (migrations run once, here) and the
    run is created (`new_run.create_run`);
-4. unless `--cluster`, `rollout up --run RUN --until-finished` starts the local roles as a
-   separate process tree (`LocalRoles`), and the run's progress is shown
+4. unless `--create-only` or `--cluster`, `rollout up --run RUN --until-finished` starts the
+   local roles as a separate process tree (`LocalRoles`), and the run's progress is shown
    (`progress.watch_training`) until the trainer marks it finished;
 5. the summary is printed and returned (`summary`).
+
+`--create-only` stops after step 3: roles started elsewhere (`rollout up` on the machines that
+share the database and blob URLs, `rollout up --launcher ray`) train the run. `--cluster` creates
+the run in the ledger of the cluster of the current kube context (`rollout.launch.cluster`),
+which is reached before anything else is done: without a reachable cluster the command stops with
+one line and creates nothing, neither the run nor a model, in the local ledger or state folder.
 
 Ctrl-C, a hangup (the terminal closed) or SIGTERM stops the local roles and marks the run
 `status: stopped` (plain `rollout up` leaves it alone); it goes on with
@@ -147,39 +153,50 @@ def train_command(
     console: Console,
     overrides: list[str] | None = None,
     launcher: str = "local",
+    create_only: bool = False,
 ) -> dict[str, Any]:
-    """Create a run and, unless `cluster`, train it locally; return the summary.
+    """Create a run and, unless `create_only` or `cluster`, train it locally; return the summary.
 
     Raises:
-        RolloutError: a broken environment, preset or model (before anything starts), or the
-            local roles stopped before the run finished.
+        RolloutError: a broken environment, preset or model (before anything starts), the
+            cluster's ledger cannot be reached (`cluster`), or the local roles stopped before
+            the run finished.
     """
-    began = time.time()
-    environment = load_environment(spec)
-    problem = asyncio.run(preflight(environment))
-    if problem is not None:  # a broken task fails in seconds, not after the model's warm-up
-        raise RolloutError(
-            f"{spec}: {problem} (`uv run rollout env check {spec}` shows the traceback)"
+    with contextlib.ExitStack() as stack:
+        cluster_url = None
+        if cluster:
+            from rollout.launch.cluster import cluster_ledger
+
+            # First: an unreachable cluster leaves nothing behind. Its roles train the run.
+            cluster_url = stack.enter_context(cluster_ledger())
+            create_only = True
+        began = time.time()
+        environment = load_environment(spec)
+        problem = asyncio.run(preflight(environment))
+        if problem is not None:  # a broken task fails in seconds, not after the model's warm-up
+            raise RolloutError(
+                f"{spec}: {problem} (`uv run rollout env check {spec}` shows the traceback)"
+            )
+        # Checkpoints must have somewhere to go before a model is built or a role started.
+        BlobStore.from_url().check_writable()
+        # A preset stored in the ledger (`rollout preset load`) wins over the built-in one.
+        base = stored_preset(preset, cluster_url)
+        config = training_config(base or preset, overrides, steps=steps, max_lag=max_lag)
+        model_path = resolve_model(config, model)
+        return asyncio.run(
+            _train(
+                spec,
+                config,
+                model_path,
+                name or run_name(environment.name),
+                cluster_url=cluster_url,
+                create_only=create_only,
+                console=console,
+                began=began,
+                launcher=launcher,
+                note=warmup_note(environment, config),
+            )
         )
-    # Checkpoints must have somewhere to go before a model is built or a role started.
-    BlobStore.from_url().check_writable()
-    # A preset stored in the ledger (`rollout preset load`) wins over the built-in one.
-    base = stored_preset(preset)
-    config = training_config(base or preset, overrides, steps=steps, max_lag=max_lag)
-    model_path = resolve_model(config, model)
-    return asyncio.run(
-        _train(
-            spec,
-            config,
-            model_path,
-            name or run_name(environment.name),
-            cluster=cluster,
-            console=console,
-            began=began,
-            launcher=launcher,
-            note=warmup_note(environment, config),
-        )
-    )
 
 
 async def _train(
@@ -188,13 +205,15 @@ async def _train(
     model_path: Path,
     name: str,
     *,
-    cluster: bool,
+    cluster_url: str | None,
+    create_only: bool,
     console: Console,
     began: float,
     launcher: str = "local",
     note: str | None = None,
 ) -> dict[str, Any]:
-    url = await asyncio.to_thread(ledger_url)  # may start the embedded Postgres
+    # The cluster's ledger, or this machine's (which may start the embedded Postgres).
+    url = cluster_url or await asyncio.to_thread(ledger_url)
     async with await Ledger.connect(url, max_size=2, wait_s=COMMAND_WAIT_S) as ledger:
         run = await create_run(ledger, spec, config, model_path, name)
         console.print(
@@ -203,8 +222,13 @@ async def _train(
         )
         if note is not None:
             console.print(note, style="yellow", highlight=False, soft_wrap=True)
-        if cluster:
-            console.print("created; the cluster's trainer, gateway and runners will pick it up")
+        if create_only:
+            who = (
+                "the cluster's roles"
+                if cluster_url
+                else "`rollout up` on the machines that share this ledger"
+            )
+            console.print(f"created; {who} will train it")
             return {"run_id": run.run_id, "name": run.name, "status": "created"}
         roles = LocalRoles.start(run, url, launcher)
         console.print(f"logs: {roles.log_path.parent}", highlight=False, soft_wrap=True)

@@ -13,8 +13,8 @@ Abstractions:
   `steps` and `step_time` (train steps after a step; when one was recorded);
 - checkpoints: `checkpoints` (versions after a version), `conversions` and `published` (per
   version in a range); `has_evals` and `eval_scores`;
-- machines: `leases`, `runners`, `servers`, `gateways` (each process the ledger has seen, with
-  its last sign of life);
+- machines: `processes_seen` (every role process that beat recently, with its host, state and
+  its run's settings), `leases`, `runners`, `servers` (the facts that detail them);
 - transcripts: `episodes` (a page, newest first, filtered by an `EpisodeFilter`), `episode`
   and `seats` (one episode's header), `conversation` (a page of one seat's turns) and
   `turn_tokens` (one turn's tokens).
@@ -35,6 +35,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from rollout.ledger.connection import Conn, LedgerConnection, Pool, fetch_all
 from rollout.ledger.episodes import WINNING_ATTEMPT_TURNS
+from rollout.ledger.processes import PROCESS_STATE, STALE_BEATS
 from rollout.ledger.training import CHECKPOINT_COLUMNS, TRAIN_STEPS
 
 READ_ONLY = "-c default_transaction_read_only=on -c statement_timeout=20000"
@@ -112,6 +113,21 @@ LIMIT 10000
 # --------------------------------------------------------------------------------------------
 # machines: each process the ledger has seen
 
+PROCESSES_SEEN: LiteralString = (
+    """
+SELECT p.process_id, p.host, p.pid, p.role, p.run_id, p.status,
+       extract(epoch FROM p.started_at)::float8 AS started_at,
+       extract(epoch FROM p.beat_at)::float8 AS beat_at,
+       """
+    + PROCESS_STATE
+    + """ AS state,
+       COALESCE((SELECT jsonb_object_agg(c.key, c.value) FROM current_settings c
+                 WHERE c.run_id = p.run_id), '{}') AS run_settings
+FROM processes p
+WHERE p.beat_at > now() - make_interval(secs => %(recent)s)
+ORDER BY p.run_id NULLS FIRST, p.role, p.started_at LIMIT 1000
+"""
+)
 LEASES: LiteralString = """
 SELECT name, holder, epoch, extract(epoch FROM expires_at)::float8 AS expires_at,
        extract(epoch FROM acquired_at)::float8 AS acquired_at
@@ -378,6 +394,13 @@ class MonitorReads:
 
     # ------------------------------------------------------------------------------------------
     # machines
+
+    async def processes_seen(self, recent_seconds: float) -> list[dict[str, Any]]:
+        """Every role process whose last beat is within `recent_seconds` (running, dead or
+        stopped): process_id, host, pid, role, run_id, status, started_at, beat_at, state
+        (`processes.PROCESS_STATE`) and its run's settings (`{}` without a run)."""
+        params = {"recent": recent_seconds, "stale_beats": STALE_BEATS}
+        return await self._rows(PROCESSES_SEEN, params)
 
     async def leases(self) -> list[dict[str, Any]]:
         """Every lease: name, holder, epoch, expires_at, acquired_at."""

@@ -52,19 +52,27 @@ STOPPED: LiteralString = """
 UPDATE processes SET stopped_at = now(), beat_at = now(), status = 'stopped'
 WHERE process_id = %(process_id)s
 """
-PROCESSES: LiteralString = """
+PROCESS_STATE: LiteralString = """
+CASE WHEN stopped_at IS NOT NULL THEN 'stopped'
+     WHEN now() - beat_at > make_interval(secs => interval_s * %(stale_beats)s)
+     THEN 'dead' ELSE 'running' END"""
+"""A `processes` row's state: 'stopped', 'dead' (no beat for `stale_beats` intervals) or
+'running'."""
+PROCESSES: LiteralString = (
+    """
 SELECT process_id, host, pid, role, run_id, status, interval_s,
        extract(epoch FROM started_at)::float8 AS started_at,
        extract(epoch FROM beat_at)::float8 AS beat_at,
        extract(epoch FROM now() - beat_at)::float8 AS age_s,
-       CASE WHEN stopped_at IS NOT NULL THEN 'stopped'
-            WHEN now() - beat_at > make_interval(secs => interval_s * %(stale_beats)s)
-            THEN 'dead' ELSE 'running' END AS state
+       """
+    + PROCESS_STATE
+    + """ AS state
 FROM processes
 WHERE %(everything)s
    OR (stopped_at IS NULL AND beat_at > now() - make_interval(secs => %(recent)s))
 ORDER BY run_id NULLS FIRST, role, started_at
 """
+)
 
 
 @dataclass(frozen=True)

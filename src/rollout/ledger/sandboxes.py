@@ -13,9 +13,13 @@ Abstractions (methods of `SandboxesMixin`, a mixin of the `Ledger` facade that n
 connection pool):
 
 - `register_sandbox`, `retire_sandbox`: an instance appears (clean) or is taken out of service;
-- `claim_sandbox`: join the episode's live claim, or claim a free instance (oldest clean first);
+  a `served` one (a sandbox host keeps it for runners on every host) may be claimed from any
+  host while it is clean;
+- `claim_sandbox`: join the episode's live claim, or claim a free instance (oldest clean first):
+  one on the claimer's host, or a clean served one;
 - `renew_sandbox`, `sandbox_ready`, `finish_sandbox_seat`: fenced by the claim's epoch;
-- `retire_idle_sandboxes`: take unclaimed instances of a host out of service (a clean shutdown);
+- `retire_idle_sandboxes`: take unclaimed instances of a host out of service (a clean shutdown;
+  `spent`: the served ones an episode used, which their sandbox host replaces);
 - reads: `sandbox`, `list_sandboxes`, `sandbox_events`.
 
 Every write also appends a `sandbox_events` fact (started, claimed, expired, reset, released,
@@ -48,6 +52,8 @@ class SandboxRecord:
     host: str
     details: dict[str, Any]
     seats: int
+    served: bool
+    """A sandbox host serves it: claimable from any host while clean."""
     retired: bool
     clean: bool
     epoch: int
@@ -111,7 +117,8 @@ class SandboxEvent:
 
 
 _SELECT_RECORD: LiteralString = (
-    "SELECT instance_id, pool, host, details, seats, retired, clean, epoch, episode_id, run_id,"
+    "SELECT instance_id, pool, host, details, seats, served, retired, clean, epoch, episode_id,"
+    " run_id,"
     " holder, ready, agents, finished,"
     " extract(epoch FROM expires_at - now())::float8 AS expires_in,"
     " extract(epoch FROM created_at)::float8 AS created_at FROM sandboxes"
@@ -121,8 +128,8 @@ _INSERT_EVENT: LiteralString = (
     " VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (instance_id, epoch, event) DO NOTHING"
 )
 _REGISTER: LiteralString = (
-    "INSERT INTO sandboxes (instance_id, pool, host, details, seats) VALUES (%s, %s, %s, %s, %s)"
-    " ON CONFLICT (instance_id) DO NOTHING"
+    "INSERT INTO sandboxes (instance_id, pool, host, details, seats, served)"
+    " VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (instance_id) DO NOTHING"
 )
 _CLAIM_DETAIL: LiteralString = (
     "SELECT detail FROM sandbox_events WHERE instance_id = %s AND epoch = %s AND event = 'claimed'"
@@ -139,7 +146,8 @@ _JOIN: LiteralString = (
 )
 _PICK_FREE: LiteralString = (
     "SELECT instance_id, clean, epoch, episode_id, holder FROM sandboxes"
-    " WHERE pool = %(pool)s AND (%(host)s::text IS NULL OR host = %(host)s) AND NOT retired"
+    " WHERE pool = %(pool)s AND NOT retired"
+    "   AND (%(host)s::text IS NULL OR host = %(host)s OR (served AND clean))"
     "   AND seats >= %(agents)s AND (episode_id IS NULL OR expires_at <= now())"
     " ORDER BY clean DESC, created_at LIMIT 1 FOR UPDATE SKIP LOCKED"
 )
@@ -191,6 +199,7 @@ _RETIRE_IDLE: LiteralString = (
     "UPDATE sandboxes SET retired = true WHERE NOT retired AND host = %(host)s"
     " AND (%(pools)s::text[] IS NULL OR pool = ANY(%(pools)s::text[]))"
     " AND (episode_id IS NULL OR expires_at <= now())"
+    " AND NOT (%(spent)s AND (clean OR NOT served))"
     " RETURNING instance_id, epoch"
 )
 _RETIRED_AT_SHUTDOWN: LiteralString = (
@@ -200,6 +209,7 @@ _RETIRED_AT_SHUTDOWN: LiteralString = (
     " ORDER BY s.created_at, s.instance_id"
 )
 IDLE_AT_SHUTDOWN = "idle at shutdown"
+USED_AND_REPLACED = "used: replaced by its host"
 
 
 def _positive(field: str, value: float) -> float:
@@ -238,7 +248,7 @@ async def _claim_new(
     if row is not None and row["live"] >= max_instances:
         return None
     instance = f"{pool}-{secrets.token_hex(4)}"
-    await conn.execute(_REGISTER, (instance, pool, host, Jsonb({}), seats or agents))
+    await conn.execute(_REGISTER, (instance, pool, host, Jsonb({}), seats or agents, False))
     await conn.execute(_INSERT_EVENT, (instance, 0, "started", None, None, host))
     cursor = await conn.execute(
         _CLAIM,
@@ -284,9 +294,12 @@ class SandboxesMixin(LedgerConnection):
         *,
         seats: int,
         instance_id: str,
+        served: bool = False,
     ) -> SandboxRecord:
         """Record a started, clean instance `instance_id` of `pool` on `host`; returns its
-        record. Registering it again with the same pool and host changes nothing.
+        record. Registering it again with the same pool and host changes nothing. A `served`
+        one may be claimed from any host while it is clean (a sandbox host replaces it once
+        used).
 
         Raises:
             InvalidInput: an empty pool or instance id, seats below 1, or `instance_id`
@@ -299,7 +312,9 @@ class SandboxesMixin(LedgerConnection):
         if isinstance(seats, bool) or not isinstance(seats, int) or seats < 1:
             raise InvalidInput(f"seats must be an integer >= 1, got {seats!r}")
         async with self._pool.connection() as conn, conn.transaction():
-            await conn.execute(_REGISTER, (instance_id, pool, host, Jsonb(dict(details)), seats))
+            await conn.execute(
+                _REGISTER, (instance_id, pool, host, Jsonb(dict(details)), seats, served)
+            )
             await conn.execute(_INSERT_EVENT, (instance_id, 0, "started", None, None, host))
         record = await self.sandbox(instance_id)
         if (record.pool, record.host) != (pool, host):
@@ -339,7 +354,7 @@ class SandboxesMixin(LedgerConnection):
             agent: Which agent of the episode claims.
             attempt: The seat attempt that claims.
             holder: Who claims (a runner id).
-            host: Only instances on this host (None: any host).
+            host: Only instances on this host, or clean served ones (None: any host).
             lease_seconds: The claim expires unless renewed within this time.
             max_instances: With a `host`: when no instance is free and the host has fewer
                 live instances of the pool, register a new one (of `seats` seats) claimed by
@@ -496,25 +511,37 @@ class SandboxesMixin(LedgerConnection):
         return True
 
     async def retire_idle_sandboxes(
-        self, host: str, pools: Sequence[str] | None = None, *, holder: str
+        self, host: str, pools: Sequence[str] | None = None, *, holder: str, spent: bool = False
     ) -> list[SandboxRecord]:
         """Retire the unclaimed (or expired) instances on `host` (of `pools`, if given) in one
-        statement, so none of them can be claimed any more; returns them to be stopped: every
-        instance `holder` (the process shutting down) retired so, a rerun of the call
-        included."""
-        keys = {"host": host, "pools": list(pools) if pools is not None else None}
+        statement, so none of them can be claimed any more; returns them to be stopped.
+
+        At shutdown (`spent` false) that is every instance `holder` (the process shutting down)
+        retired so, a rerun of the call included. With `spent`, only the served instances an
+        episode used, and only those this call retired: their sandbox host calls it on every
+        look, and an instance it already stopped must not be stopped again.
+        """
+        reason = USED_AND_REPLACED if spent else IDLE_AT_SHUTDOWN
+        keys = {
+            "host": host,
+            "pools": list(pools) if pools is not None else None,
+            "spent": spent,
+        }
         async with self._pool.connection() as conn, conn.transaction():
             cursor = await conn.execute(_RETIRE_IDLE, keys)
-            for row in await cursor.fetchall():
+            rows = await cursor.fetchall()
+            for row in rows:
                 await conn.execute(
                     _INSERT_EVENT,
-                    (row["instance_id"], row["epoch"], "retired", None, holder, IDLE_AT_SHUTDOWN),
+                    (row["instance_id"], row["epoch"], "retired", None, holder, reason),
                 )
-            cursor = await conn.execute(
-                _RETIRED_AT_SHUTDOWN, {**keys, "holder": holder, "detail": IDLE_AT_SHUTDOWN}
-            )
-            rows = await cursor.fetchall()
-        return [await self.sandbox(row["instance_id"]) for row in rows]
+            retired = [row["instance_id"] for row in rows]
+            if not spent:
+                cursor = await conn.execute(
+                    _RETIRED_AT_SHUTDOWN, {**keys, "holder": holder, "detail": reason}
+                )
+                retired = [row["instance_id"] for row in await cursor.fetchall()]
+        return [await self.sandbox(instance_id) for instance_id in retired]
 
     async def sandbox(self, instance_id: str) -> SandboxRecord:
         """One instance's record. Raises NotFound."""

@@ -15,7 +15,7 @@ Every `limit` is bounded; a value out of range is a 400 naming the parameter.
 | `GET /api/episodes/{id}` | one episode: seats and how they ended |
 | `GET /api/episodes/{id}/agents/{agent}/turns?offset=&limit=` | a conversation page |
 | `GET /api/episodes/{id}/agents/{agent}/turns/{index}` | one turn's tokens |
-| `GET /api/machines?stale_s=` | every process seen, with its state |
+| `GET /api/machines?recent_s=` | every role process that beat within `recent_s` seconds (default 600), with its host and state |
 | `POST /api/runs/{run}/pause`, `.../resume` | stop / restart handing out episodes |
 | `POST /api/runs/{run}/max_lag` with `{"max_lag": N}` | change max_lag |
 """  # noqa: E501
@@ -28,7 +28,7 @@ from fastapi import APIRouter, Body, Request
 
 from rollout.monitor import transcripts
 from rollout.monitor.app import store_of
-from rollout.monitor.store import STALE_SECONDS
+from rollout.monitor.store import RECENT_SECONDS
 
 router = APIRouter(prefix="/api")
 
@@ -126,5 +126,5 @@ async def turn(
 
 
 @router.get("/machines")
-async def machines(request: Request, stale_s: float = STALE_SECONDS) -> dict[str, Any]:
-    return await store_of(request).machines(stale_seconds=stale_s)
+async def machines(request: Request, recent_s: float = RECENT_SECONDS) -> dict[str, Any]:
+    return await store_of(request).machines(recent_seconds=recent_s)

@@ -22,7 +22,6 @@ from fastapi.templating import Jinja2Templates
 from rollout.ledger import NotFound
 from rollout.monitor import transcripts
 from rollout.monitor.app import HERE, store_of
-from rollout.monitor.store import STALE_SECONDS
 
 router = APIRouter(include_in_schema=False)
 templates = Jinja2Templates(directory=HERE / "templates")
@@ -219,11 +218,11 @@ async def tokens(request: Request, episode_id: str, agent: int, index: int) -> R
 
 @router.get("/machines", response_class=HTMLResponse)
 async def machines_page(request: Request) -> Response:
-    machines = await store_of(request).machines(stale_seconds=STALE_SECONDS)
+    machines = await store_of(request).machines()
     return _page(request, "machines.html", machines=machines)
 
 
 @router.get("/_/machines", response_class=HTMLResponse)
 async def machines_rows(request: Request) -> Response:
-    machines = await store_of(request).machines(stale_seconds=STALE_SECONDS)
+    machines = await store_of(request).machines()
     return _page(request, "_machines_table.html", machines=machines)

@@ -15,8 +15,9 @@ Abstractions:
 - checkpoints: `checkpoints` (versions with parents, conversions per backend, when each was
   published and which servers serve it), `evals` (eval scores per checkpoint, suite version
   and environment, where the ledger records evals);
-- machines: `machines` (trainer leases, runners, inference servers and gateways, each with
-  its host, last sign of life and state: 'alive', 'idle' or 'dead');
+- machines: `machines` (every role process from its heartbeats, with its host, state, 'alive',
+  'finished', 'stopped' or 'dead', and the ledger's facts about it: a trainer's lease, a
+  server's version, a runner's claims, a gateway's last turn);
 - controls: `pause`, `resume`, `set_max_lag`.
 
 Transcripts (episodes, turns, tokens) are in `rollout.monitor.transcripts`.
@@ -24,42 +25,44 @@ Transcripts (episodes, turns, tokens) are in `rollout.monitor.transcripts`.
 
 from __future__ import annotations
 
-import re
 import time
+from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlsplit
 
 from rollout.ledger import Ledger, RunRecord
-from rollout.ledger.leases import lease_role, trainer_lease, trainer_run
+from rollout.ledger.leases import trainer_lease
 from rollout.ledger.monitor import MonitorReads
 from rollout.ledger.runs import shown_settings
 from rollout.monitor.errors import BadParameter, bounded
 from rollout.monitor.queries import run_state, trains
-from rollout.runs.live import MAX_LAG, parse_max_lag
+from rollout.runs.live import FINISHED, MAX_LAG, RunSettings, parse_max_lag
 
 MAX_RUNS = 200
 MAX_STEPS = 5000
 MAX_CHECKPOINTS = 1000
-STALE_SECONDS = 60.0
-"""A runner or server with no sign of life for this long is shown dead (or idle)."""
-
-_ROLE_ID = re.compile(r"^(?P<role>[a-z]+)-(?P<host>.+)-(?P<pid>\d+)$")
+RECENT_SECONDS = 600.0
+"""The machines page lists the processes that beat within this many seconds."""
 
 
-def host_of(identity: str) -> str:
-    """The host in a process identity: a URL's host, or HOST in `role-HOST-PID` ids (a
-    number there is a local supervisor's index, not a host).
+def process_state(row: dict[str, Any]) -> str:
+    """What the machines page calls a process: 'finished' when its run has finished and it is
+    no longer running (or it says it finished), else 'alive', 'stopped' or 'dead' (no heartbeat
+    for three of its intervals).
 
     Example:
-        >>> host_of("runner-gpu-node-3-4242"), host_of("http://10.0.0.5:8001")
-        ('gpu-node-3', '10.0.0.5')
-        >>> host_of("runner-0-4242"), host_of("x")
-        ('', '')
+        >>> process_state({"state": "stopped", "status": "stopped",
+        ...                "run_settings": {"finished": True}})
+        'finished'
+        >>> process_state({"state": "dead", "status": "training", "run_settings": {}})
+        'dead'
+        >>> process_state({"state": "running", "status": "finished", "run_settings": {}})
+        'finished'
     """
-    if "://" in identity:
-        return urlsplit(identity).hostname or ""
-    match = _ROLE_ID.match(identity)
-    return match["host"] if match and not match["host"].isdigit() else ""
+    if row["state"] == "running":
+        return "finished" if row["status"] == FINISHED else "alive"
+    if row["run_settings"] and RunSettings.of(row["run_settings"]).finished:
+        return "finished"
+    return str(row["state"])
 
 
 def _float(value: Any) -> float | None:
@@ -225,88 +228,61 @@ class MonitorStore:
     # ------------------------------------------------------------------------------------------
     # machines
 
-    async def machines(self, *, stale_seconds: float = STALE_SECONDS) -> dict[str, Any]:
-        """Every process the ledger has seen, newest sign of life first within each role."""
-        if not 0 < stale_seconds <= 86400:
-            raise BadParameter(f"stale_s must be in (0, 86400], got {stale_seconds!r}")
-        now = time.time()
-        items: list[dict[str, Any]] = []
-        for lease in await self.reads.leases():
-            name, holder, expires = lease["name"], lease["holder"], lease["expires_at"]
-            items.append(
-                {
-                    "role": lease_role(name),
-                    "id": holder,
-                    "host": host_of(holder),
-                    "run_id": trainer_run(name),
-                    "last_seen": min(now, expires),
-                    "state": "alive" if expires > now else "dead",
-                    "detail": {
-                        "lease": name,
-                        "epoch": lease["epoch"],
-                        "expires_at": expires,
-                        "acquired_at": lease["acquired_at"],
-                    },
-                }
-            )
-        items.extend(await self._runners(now, stale_seconds))
-        items.extend(await self._servers(now, stale_seconds))
-        return {"now": now, "stale_seconds": stale_seconds, "items": items}
-
-    async def _runners(self, now: float, stale: float) -> list[dict[str, Any]]:
-        return [
+    async def machines(self, *, recent_seconds: float = RECENT_SECONDS) -> dict[str, Any]:
+        """Every role process whose last heartbeat is within `recent_seconds`, by run and role:
+        its host (the machine's name), pid, state, status and the ledger's facts about it."""
+        if not 0 < recent_seconds <= 86400:
+            raise BadParameter(f"recent_s must be in (0, 86400], got {recent_seconds!r}")
+        facts = await self._process_facts()
+        items = [
             {
-                "role": "runner",
-                "id": row["runner"],
-                "host": host_of(row["runner"]),
+                "role": row["role"],
+                "id": row["process_id"],
+                "host": row["host"],
                 "run_id": row["run_id"],
-                "last_seen": row["last_seen"],
-                "state": "alive" if row["seats_held"] or now - row["last_seen"] < stale else "dead",
+                "last_seen": row["beat_at"],
+                "state": process_state(row),
                 "detail": {
-                    "claims": row["claims"],
-                    "seats_held": row["seats_held"],
-                    "last_claim": row["last_claim"],
+                    "pid": row["pid"],
+                    "status": row["status"],
+                    "started_at": row["started_at"],
+                    **facts(row),
                 },
             }
-            for row in await self.reads.runners()
+            for row in await self.reads.processes_seen(recent_seconds)
         ]
+        return {"now": time.time(), "recent_seconds": recent_seconds, "items": items}
 
-    async def _servers(self, now: float, stale: float) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
-        for row in await self.reads.servers():
-            # Servers acknowledge each new version: one still behind a record older than
-            # `stale` seconds has stopped following it.
-            version, serving = row["version"], row["published_version"]
-            published = row["published_at"]
-            behind = serving is not None and version != serving
-            dead = behind and published is not None and now - published > stale
-            out.append(
-                {
-                    "role": "inference",
-                    "id": row["server"],
-                    "host": host_of(row["server"]),
-                    "run_id": row["run_id"],
-                    "last_seen": row["acked_at"],
-                    "state": "dead" if dead else ("loading" if behind else "alive"),
-                    "detail": {"serving_version": version, "published_version": serving},
-                }
-            )
-        for row in await self.reads.gateways():
-            # A gateway leaves only the turns it records: quiet is idle, not dead.
-            last_turn = row["last_turn"]
-            recent = last_turn is not None and now - last_turn < stale
-            out.append(
-                {
-                    "role": "gateway",
-                    "id": row["url"],
-                    "host": host_of(row["url"]),
-                    "run_id": row["run_id"],
-                    "last_seen": last_turn,
-                    "state": "alive" if recent else "idle",
-                    "detail": {"url": row["url"]},
-                }
-            )
-        return out
+    async def _process_facts(self) -> Callable[[dict[str, Any]], dict[str, Any]]:
+        """What the ledger's facts say of a process: a trainer's lease (its holder names the
+        host and pid), an inference server's served version (its status names its URL), a
+        runner's claims (its id ends with its pid), a gateway's last recorded turn."""
+        leases = {lease["holder"]: lease for lease in await self.reads.leases()}
+        servers = await self.reads.servers()
+        runners = await self.reads.runners()
+        turns = {row["run_id"]: row["last_turn"] for row in await self.reads.gateways()}
+
+        def facts(row: dict[str, Any]) -> dict[str, Any]:
+            role, pid, run = row["role"], row["pid"], row["run_id"]
+            if role == "trainer":
+                lease = leases.get(f"trainer-{row['host']}-{pid}")
+                if lease is not None:
+                    return {"epoch": lease["epoch"], "lease_expires_at": lease["expires_at"]}
+            elif role == "inference":
+                for server in servers:
+                    if server["run_id"] == run and server["server"] in row["status"]:
+                        return {"serving_version": server["version"]}
+            elif role == "runner":
+                for runner in runners:
+                    if runner["runner"].endswith(f"-{row['host']}-{pid}") and (
+                        runner["run_id"] == run
+                    ):
+                        return {"claims": runner["claims"], "seats_held": runner["seats_held"]}
+            elif role == "gateway" and turns.get(run) is not None:
+                return {"last_turn_at": turns[run]}
+            return {}
+
+        return facts
 
     # ------------------------------------------------------------------------------------------
     # controls: the monitor's only writes

@@ -28,8 +28,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
-import socket
 import time
 from dataclasses import replace
 from functools import partial
@@ -41,6 +39,7 @@ from rollout.harness.loading import load_environment
 from rollout.harness.play import SeatResult, make_task, play_seat
 from rollout.ledger import Ledger, SeatClaim, StaleFence
 from rollout.net.client import TransportError
+from rollout.procs import process_label
 from rollout.runners.client import GatewayCallError, GatewayClient, seat_completer, seat_context
 from rollout.runners.heartbeat import seat_heartbeat
 from rollout.runs.live import RunSettings
@@ -56,8 +55,9 @@ UNAVAILABLE_STATUSES = frozenset({502, 503, 504})
 """Gateway answers that mean infrastructure, not the episode: the seat is played again."""
 
 
-def default_runner_id() -> str:
-    return f"runner-{socket.gethostname()}-{os.getpid()}"
+def default_runner_id(name: str = "runner") -> str:
+    """`NAME-HOST-PID` (`rollout.procs.process_label`)."""
+    return process_label(name)
 
 
 def _refusal(error: GatewayCallError) -> str:

@@ -3,8 +3,11 @@ a gridworld, a computer).
 
 - `SandboxPool` (pool.py): a pool type declares how to start, health-check, reset and stop one
   instance, and how many seats (agents) it has. `ProcessPool` (process.py) runs each instance as
-  a local process on a TCP port, the default; other pool types (containers, pods) implement the
-  same four methods and set `local = False` when their instances are reachable from any host.
+  a local process on a TCP port of an address other machines reach, the default; other pool
+  types (containers, pods) implement the same four methods and set `local = False` when any
+  host can control their instances.
+- `SandboxHost` (host.py): a machine that keeps instances of a pool for runners on every host
+  (`rollout sandboxes serve`).
 - `SandboxedEnvironment` (pool.py): an `Environment` whose episodes each claim one instance.
 - `SandboxSeats` (seats.py): the runner's side: claim or join the episode's instance (fenced
   lease in the ledger, `rollout.ledger.sandboxes`), reset it if an earlier episode used it,
@@ -15,6 +18,7 @@ a gridworld, a computer).
 """
 
 from rollout.sandboxes.errors import SandboxError
+from rollout.sandboxes.host import SandboxHost
 from rollout.sandboxes.jsonlines import JsonLines, connect
 from rollout.sandboxes.pool import Details, SandboxedEnvironment, SandboxPool, sandbox_pool
 from rollout.sandboxes.process import ProcessPool
@@ -25,6 +29,7 @@ __all__ = [
     "JsonLines",
     "ProcessPool",
     "SandboxError",
+    "SandboxHost",
     "SandboxPool",
     "SandboxSeats",
     "SandboxedEnvironment",

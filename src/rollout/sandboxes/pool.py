@@ -5,7 +5,7 @@ holds no instances itself: the ledger registers them and `rollout.sandboxes.seat
 Everything a pool returns about an instance is its **details**, a JSON mapping with the
 connection details agents need (host, port, ...) and whatever the pool needs to control it
 later (a pid, a pod name). Details travel through the ledger, so a runner in another process
-(or on another machine, for pools whose instances are reachable there) can use the instance.
+or on another machine can use the instance: its address is one that other machines reach.
 
 `SandboxedEnvironment` is an `Environment` whose episodes claim one instance of its pool; every
 agent of the episode then finds the details in `RunContext.sandbox`.
@@ -39,8 +39,11 @@ class SandboxPool(ABC):
         name: The pool's name (instances are registered under it).
         seats: How many agents one instance holds (an episode needs at least its agent count).
         max_instances: The most live instances of this pool per host.
-        local: Instances are reachable only on the host that started them (processes); claims
-            then look for instances on the claimer's own host.
+        local: Instances can be reset and stopped only on the host that started them
+            (processes, which any host reaches at their address); claims then look for
+            instances on the claimer's own host, or clean ones a sandbox host serves
+            (`rollout.sandboxes.host`). False: any host controls any instance (a service's
+            pods).
     """
 
     name: str = "sandbox"

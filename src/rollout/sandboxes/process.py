@@ -3,7 +3,15 @@
 The default way sandboxes run: one process per instance on the runner's machine, started in its
 own session so that it outlives the runner that started it (a killed runner's instance is reset
 and reused by the next claimer instead of being lost). Its output goes to `sandbox.log` in the
-instance's folder; its details are `{"host", "port", "pid", "workdir"}`.
+instance's folder; its details are `{"host", "port", "pid", "workdir", "hostname"}`.
+
+An instance listens on this machine's service address (`rollout.net.address.service_address`:
+`ROLLOUT_HOST_ADDRESS`, else loopback while the ledger is this machine's embedded Postgres, else
+the address of the interface that routes outward), and `host` in its details is an address the
+runners of other machines reach: the agents of one episode may be played anywhere. Its `pid`
+and `workdir` mean something only on the machine named by `hostname` (its host name), so the
+health check looks at the process, and `stop` signals it, only there; elsewhere the health check
+is the port alone and `stop` does nothing.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from rollout import procs
+from rollout.net.address import advertised, service_address
 from rollout.sandboxes.errors import SandboxError
 from rollout.sandboxes.pool import Details, SandboxPool
 
@@ -30,11 +39,17 @@ LOG_NAME = "sandbox.log"
 _children: dict[int, subprocess.Popen[bytes]] = {}
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port on `host` that nothing listens on right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
+        sock.bind((host, 0))
         return sock.getsockname()[1]
+
+
+def on_this_machine(details: Mapping[str, Any]) -> bool:
+    """Whether an instance's process runs on this machine (its `hostname` is this one's; an
+    instance recorded without one is taken to be local)."""
+    return details.get("hostname", socket.gethostname()) == socket.gethostname()
 
 
 def process_alive(pid: int) -> bool:
@@ -104,13 +119,15 @@ def spawn(
 
 
 class ProcessPool(SandboxPool):
-    """Instances are processes of `command(port, workdir)`; healthy while the port answers."""
+    """Instances are processes of `command(port, workdir, host)`; healthy while the port
+    answers."""
 
     startup_timeout: float = 30.0
 
     @abstractmethod
-    def command(self, port: int, workdir: Path) -> Sequence[str]:
-        """The command line of one instance listening on `port`."""
+    def command(self, port: int, workdir: Path, host: str) -> Sequence[str]:
+        """The command line of one instance listening on `host` (an address of this machine)
+        and `port`."""
 
     def environ(self) -> Mapping[str, str]:
         """Extra environment variables for the instance."""
@@ -121,13 +138,15 @@ class ProcessPool(SandboxPool):
         return await port_open(details["host"], details["port"])
 
     async def start(self, workdir: Path) -> Details:
-        port = free_port()
-        process = spawn(self.name, self.command(port, workdir), workdir, self.environ())
+        bind = service_address()
+        port = free_port(bind)
+        process = spawn(self.name, self.command(port, workdir, bind), workdir, self.environ())
         details: Details = {
-            "host": "127.0.0.1",
+            "host": advertised(bind),
             "port": port,
             "pid": process.pid,
             "workdir": str(workdir),
+            "hostname": socket.gethostname(),
         }
         deadline = time.monotonic() + self.startup_timeout
         while not await self.ready(details):
@@ -148,11 +167,11 @@ class ProcessPool(SandboxPool):
 
     async def health(self, details: Mapping[str, Any]) -> bool:
         pid = details.get("pid")
-        if isinstance(pid, int) and not process_alive(pid):
+        if isinstance(pid, int) and on_this_machine(details) and not process_alive(pid):
             return False
         return await port_open(details["host"], details["port"])
 
     async def stop(self, details: Mapping[str, Any]) -> None:
         pid = details.get("pid")
-        if isinstance(pid, int):
+        if isinstance(pid, int) and on_this_machine(details):
             await stop_process(pid)

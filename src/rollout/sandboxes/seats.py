@@ -2,10 +2,11 @@
 
 `hold(pool, seat)` is what a runner wraps around playing one agent seat of a sandboxed episode:
 
-1. claim: join the episode's live claim, or claim a free instance of the pool on this host,
-   or register a new one claimed by the episode (up to the pool's `max_instances` per host,
-   counted in the same transaction) and start it; when the host is full, wait for an instance
-   to be released or to expire;
+1. claim: join the episode's live claim, or claim a free instance of the pool on this host (or
+   a clean one that a sandbox host serves, `rollout.sandboxes.host`), or register a new one
+   claimed by the episode (up to the pool's `max_instances` per host, counted in the same
+   transaction) and start it; when the host is full, wait for an instance to be released or to
+   expire;
 2. prepare (the runner that made the claim): health-check the instance (a crashed one is
    retired and replaced), reset it if an earlier episode used it, let the pool prepare it for
    this claim (`SandboxPool.claimed`: a new secret), then mark it ready. Runners

@@ -27,10 +27,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import random
 import shutil
-import socket
 import tempfile
 import time
 from pathlib import Path
@@ -53,6 +51,7 @@ from rollout.ledger import (
     StaleFence,
 )
 from rollout.ledger.leases import trainer_lease
+from rollout.procs import process_label
 from rollout.runs import live
 from rollout.runs.config import EvalSchedule, RunConfig
 from rollout.runs.spec import RunSpec
@@ -112,7 +111,7 @@ class Trainer:
         self.ledger = ledger
         self.blobs = blobs
         self.run_id = run_id
-        self.holder = holder or f"trainer-{socket.gethostname()}-{os.getpid()}"
+        self.holder = holder or process_label("trainer")
         self.work_dir = work_dir or Path(tempfile.mkdtemp(prefix="rollout-trainer-"))
         self.lease: Lease | None = None
         self.backend = "local"

@@ -23,9 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import secrets
-import socket
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -44,6 +42,7 @@ from rollout.launch.evaluator.serving import CheckpointServer
 from rollout.ledger import Ledger, RunRecord, SeatClaim, StaleFence
 from rollout.ledger.evals import EvalJob
 from rollout.net.client import TransportError
+from rollout.procs import process_label
 from rollout.runners.client import GatewayClient, seat_completer, seat_context
 from rollout.runners.heartbeat import seat_heartbeat
 from rollout.runs import live
@@ -54,7 +53,7 @@ log = logging.getLogger("rollout.evaluator")
 
 
 def default_evaluator_id() -> str:
-    return f"evaluator-{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(2)}"
+    return f"{process_label('evaluator')}-{secrets.token_hex(2)}"
 
 
 class Evaluator:
