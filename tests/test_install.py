@@ -117,7 +117,7 @@ def test_a_user_checks_plays_and_evaluates_from_their_own_folder(
 
     created = _run(
         [rollout, "train", "parity.environment:environment", "--preset", "cpu-tiny",
-         "--steps", "1", "--cluster", "--name", "short"],
+         "--steps", "1", "--create-only", "--name", "short"],
         user,
         env,
     )  # fmt: skip

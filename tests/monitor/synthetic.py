@@ -47,7 +47,7 @@ def fill(
 ) -> Synthetic:
     """Write a run of `turns` turns (one agent per episode) and `steps` train steps."""
     episodes = max(turns // turns_per_episode, 1)
-    config = {"kind": "single", "model": "scripted"}
+    config = {"kind": "train", "model": "scripted"}
     p = {
         "run": run_id,
         "lease": trainer_lease(run_id),

@@ -163,14 +163,16 @@ def command_line(
         bwrap += ["--ro-bind", str(disk.etc / name), f"/etc/{name}"]
     for public in PUBLIC_ETC:
         bwrap += ["--ro-bind-try", public, public]
-    for tool in template.tools:
-        if not _visible(tool):
-            bwrap += ["--ro-bind", tool, tool]
     bwrap += [
         "--bind", str(disk.workspace), WORKSPACE,
         "--bind", str(disk.home), HOME,
         "--bind", str(disk.tmp), "/tmp",
     ]  # fmt: skip
+    # After the computer's own folders: a tool under /tmp (a checkout in a temporary folder)
+    # stays visible on top of the computer's /tmp instead of being hidden by it.
+    for tool in template.tools:
+        if not _visible(tool):
+            bwrap += ["--ro-bind", tool, tool]
     inner = list(argv)
     if routes:
         if net_folder is None:
