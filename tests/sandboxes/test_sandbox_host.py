@@ -11,23 +11,13 @@ from __future__ import annotations
 import asyncio
 import socket
 import sys
-from dataclasses import dataclass
 
 import pytest
 
 from rollout.ledger import Ledger
 from rollout.sandboxes import SandboxHost, SandboxSeats
 from rollout.sandboxes.process import port_open, process_alive
-from tests.sandboxes.worlds import FolderServer
-
-
-@dataclass(frozen=True)
-class Seat:
-    run_id: str = "run"
-    episode_id: str = "e1"
-    agent: int = 0
-    attempt: int = 1
-    agents: int = 1
+from tests.sandboxes.worlds import FolderServer, Seat
 
 
 async def test_a_served_instance_is_played_from_another_host_then_replaced(

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,16 +15,7 @@ import pytest
 from rollout.ledger import Ledger
 from rollout.ledger.sandboxes import SandboxClaim
 from rollout.sandboxes.seats import SandboxSeats
-from tests.sandboxes.worlds import FolderServer
-
-
-@dataclass(frozen=True)
-class Seat:
-    run_id: str = "run"
-    episode_id: str = "e1"
-    agent: int = 0
-    attempt: int = 1
-    agents: int = 1
+from tests.sandboxes.worlds import FolderServer, Seat
 
 
 async def _swallow_a_cancel() -> None:

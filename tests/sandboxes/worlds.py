@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from rollout.contracts import Message
@@ -12,6 +13,17 @@ from rollout.harness import End, Observation, RunContext, Task
 from rollout.sandboxes import ProcessPool, SandboxedEnvironment
 
 MARKER = "used-by"
+
+
+@dataclass(frozen=True)
+class Seat:
+    """A seat as `SandboxSeats` reads it (run, episode, agent, attempt, the episode's agents)."""
+
+    run_id: str = "run"
+    episode_id: str = "e1"
+    agent: int = 0
+    attempt: int = 1
+    agents: int = 1
 
 
 class FolderServer(ProcessPool):
