@@ -430,6 +430,29 @@ def _ray_start(cluster: Cluster, name: str, *options: str) -> None:
     assert result.returncode == 0, f"ray start on {name}: {result.stderr[-3000:]}"
 
 
+def _ray_nodes(cluster: Cluster, address: str, count: int, timeout: float = 120) -> None:
+    """Wait until the Ray cluster at `address` counts `count` live nodes: a node that `ray start`
+    has just started may not be registered yet, and `SPREAD` places only on registered nodes."""
+    host = cluster.network.host("rayhead")
+    probe = (
+        "import ray; ray.init(address=%r, logging_level='ERROR');"
+        " print(sum(1 for n in ray.nodes() if n['Alive']))" % address
+    )
+    deadline = time.monotonic() + timeout
+    alive = ""
+    while time.monotonic() < deadline:
+        result = host.run(
+            [sys.executable, "-c", probe],
+            env={**cluster.env(host), "RAY_AUTH_MODE": "disabled"},
+            timeout=120,
+        )
+        alive = (result.stdout.strip().splitlines() or [result.stderr[-2000:]])[-1]
+        if result.returncode == 0 and alive == str(count):
+            return
+        time.sleep(1)
+    raise AssertionError(f"the Ray cluster at {address} never had {count} live nodes: {alive}")
+
+
 def _role_pids(role: str, database_url: str) -> list[int]:
     """Processes whose environment names this role and this ledger (Ray's workers, on any host:
     the hosts share this machine's process ids)."""
@@ -466,6 +489,7 @@ def test_the_ray_launcher_spreads_the_run_over_a_head_and_a_worker_and_restarts_
     try:
         _ray_start(cluster, "rayhead", "--head", "--port=6379", "--include-dashboard=false")
         _ray_start(cluster, "rayworker", f"--address={address}")
+        _ray_nodes(cluster, address, 2)
         launcher = {"launcher": head.popen(
             [sys.executable, "-m", "rollout.cli", "up", "--launcher", "ray", "--ray-address",
              address, "--run", "rayed", "--until-finished"],
