@@ -435,8 +435,8 @@ def _ray_nodes(cluster: Cluster, address: str, count: int, timeout: float = 120)
     has just started may not be registered yet, and `SPREAD` places only on registered nodes."""
     host = cluster.network.host("rayhead")
     probe = (
-        "import ray; ray.init(address=%r, logging_level='ERROR');"
-        " print(sum(1 for n in ray.nodes() if n['Alive']))" % address
+        f"import ray; ray.init(address={address!r}, logging_level='ERROR');"
+        " print(sum(1 for n in ray.nodes() if n['Alive']))"
     )
     deadline = time.monotonic() + timeout
     alive = ""
