@@ -45,6 +45,7 @@ from tests.hosts import (
     seaweedfs,
     shared_folder,
 )
+from tests.launch.off_policy import check_off_policy
 from tests.launch.run_invariants import check_ledger, held_seats
 
 pytestmark = [
@@ -233,6 +234,9 @@ def test_the_parity_run_reaches_its_target_across_hosts(cluster: Cluster) -> Non
         )
     ]
     assert 3 <= len(rewards) < 300 and sum(rewards[-3:]) / 3 >= 0.9, rewards
+    # Asynchronous, as on one machine: episodes played while the trainer stepped, some turns
+    # were trained off-policy, none began beyond the preset's max_lag (1).
+    check_off_policy(cluster.database_url, run_id, steps=len(rewards), max_lag=1)
     # The machines page shows every role on its own host, the run's as finished; the servers
     # advertised addresses that the other hosts reach.
     machines = [m for m in _machines(cluster) if m["run_id"] in (run_id, None)]

@@ -2,8 +2,8 @@
 
 The launcher's run (a short parity training with every role a Ray actor, spread over a head and
 a worker on two hosts, whose trainer actor is SIGKILLed mid-run, restarted by Ray and fenced) is
-in tests/launch/test_many_hosts.py. (Learning itself is tested on the local launcher, in
-tests/launch/test_train.py: the launcher changes where roles run, not what they compute.)
+in tests/launch/test_many_hosts.py. (Learning itself is tested on plain `rollout up` across
+hosts, in the same file: the launcher changes where roles run, not what they compute.)
 """
 
 from __future__ import annotations
