@@ -13,23 +13,30 @@ LoRA adapter and reloaded full weights; the tolerance asserted is 1e-4.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from rollout.bridges.convert import convert_folder
 from rollout.contracts import SamplingParams
-from rollout.inference.base import BackendError, InferenceBackend
+from rollout.gateway import GatewayServer, create_app
+from rollout.inference.base import BackendError, InferenceBackend, SampleChunk, StreamingBackend
 from rollout.inference.vllm import VllmBackend
 from rollout.inference.vllm_env import VllmEnvError, vllm_python
 from rollout.inference.vllm_server import VllmServer, VllmServerOptions
+from rollout.ledger import Ledger
 from rollout.models import init_model
+from rollout.rendering import HFRenderer
 from rollout.training.loss import LossConfig
 from rollout.training.providers.base import TrainBatch
 from rollout.training.providers.torch import TorchProvider
 from rollout.training.segments import Segment
+from tests.gateway.gateway_helpers import claim_new_seat
 from tests.training.logprob_helpers import abs_diffs
 
 pytestmark = pytest.mark.slow
@@ -187,3 +194,69 @@ async def test_long_prompts_end_with_length_and_bad_input_is_named(
         await backend.load_weights(tmp_path, 9)
     top = await backend.sample(PROMPTS[0], SamplingParams(max_tokens=3, top_logprobs=3))
     assert all(len(entry) == 3 for entry in top.top_logprobs)
+
+
+class TimedVllm(VllmBackend):
+    """The vLLM backend, noting when each streamed completion's sampling ended."""
+
+    def __init__(self, base_url: str) -> None:
+        super().__init__(base_url)
+        self.finished: list[float] = []
+
+    async def sample_stream(
+        self, prompt_tokens: list[int], params: SamplingParams
+    ) -> AsyncIterator[SampleChunk]:
+        async for chunk in super().sample_stream(prompt_tokens, params):
+            if chunk.completion is not None:
+                self.finished.append(time.monotonic())
+            yield chunk
+
+
+async def test_streams_token_by_token_through_the_gateway_and_records_the_unstreamed_turn(
+    server_url: str, tiny: Path, ledger: Ledger
+) -> None:
+    backend = TimedVllm(server_url)
+    assert isinstance(backend, StreamingBackend)
+    renderer = HFRenderer(tiny)
+    app = create_app(ledger, renderer, backend, model_name="m")
+    server = await GatewayServer(app).start()
+    body = {
+        "model": "m",
+        "messages": [{"role": "user", "content": "count"}],
+        "max_tokens": 96,
+        "temperature": 1.0,
+        "seed": 21,
+        "logprobs": True,
+    }
+    streamed, whole = await claim_new_seat(ledger), await claim_new_seat(ledger)
+    arrivals: list[float] = []
+    try:
+        headers = {"authorization": f"Bearer {streamed.api_key}"}
+        async with (
+            httpx.AsyncClient(base_url=server.root_url, headers=headers, timeout=60) as http,
+            http.stream("POST", "/v1/chat/completions", json={**body, "stream": True}) as response,
+        ):
+            assert response.status_code == 200
+            async for line in response.aiter_lines():
+                if line.startswith("data: {"):
+                    choices = json.loads(line[len("data: ") :])["choices"]
+                    if choices and choices[0]["delta"].get("content"):
+                        arrivals.append(time.monotonic())
+        headers = {"authorization": f"Bearer {whole.api_key}"}
+        async with httpx.AsyncClient(base_url=server.root_url, headers=headers, timeout=60) as http:
+            response = await http.post("/v1/chat/completions", json=body)
+            assert response.status_code == 200, response.text
+    finally:
+        await server.stop()
+        await backend.close()
+    (streamed_turn,) = await ledger.seat_turns(streamed.episode_id, 0, streamed.attempt)
+    (whole_turn,) = await ledger.seat_turns(whole.episode_id, 0, whole.attempt)
+    # The same seed samples the same tokens, and the streamed turn is recorded exactly alike.
+    assert streamed_turn.prompt_tokens == whole_turn.prompt_tokens
+    assert streamed_turn.completion_tokens == whole_turn.completion_tokens
+    assert streamed_turn.logprobs == whole_turn.logprobs
+    assert streamed_turn.stop_reason == whole_turn.stop_reason
+    assert len(streamed_turn.completion_tokens) > 8
+    (finished,) = backend.finished
+    assert len(arrivals) > 3  # token by token, not one piece at the end
+    assert arrivals[0] < finished  # the first token reached the client while vLLM sampled
