@@ -31,6 +31,18 @@ class Pair(Task):
         return End(reward=1.0 if reply.text.strip() == "5" else 0.0)
 
 
+class FirstCharacter(Task):
+    """Rewards a reply whose first character has an even code: about half of a random model's
+    replies, so two engines sampling the same model score alike within their intervals."""
+
+    async def start(self, run: RunContext) -> Observation:
+        return Observation(f"Say something ({self.parameters['n']}).")
+
+    async def respond(self, run: RunContext, reply: Message) -> Observation:
+        text = reply.text
+        return End(reward=1.0 if text and ord(text[0]) % 2 == 0 else 0.0)
+
+
 slow = Environment(
     name="slow-sum",
     task=SlowSum,
@@ -38,3 +50,9 @@ slow = Environment(
     max_turns=1,
 )
 pair = Environment(name="pair", task=Pair, agents=2, max_turns=1)
+first_character = Environment(
+    name="first-character",
+    task=FirstCharacter,
+    parameters=lambda rng: {"n": rng.randint(1, 1000)},
+    max_turns=1,
+)

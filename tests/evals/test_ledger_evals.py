@@ -100,16 +100,18 @@ async def test_scores_are_written_once_per_job_and_environment(ledger: Ledger) -
         EvalScore("a", 0, 0.5, 0.2, 0.8, 3, 0, "wilson"),
         EvalScore("b", 1, 0.25, 0.0, 0.6, 3, 1, "t"),
     ]
-    assert await ledger.record_eval_scores(job, scores)
-    assert not await ledger.record_eval_scores(job, scores)
+    assert await ledger.record_eval_scores(job, scores, backend="vllm")
+    assert not await ledger.record_eval_scores(job, scores, backend="vllm")
     rows = await ledger.eval_scores(run_id)
-    assert [(r.environment, r.score, r.version, r.suite_version) for r in rows] == [
-        ("a", 0.5, 0, "1"),
-        ("b", 0.25, 0, "1"),
+    assert [(r.environment, r.score, r.version, r.suite_version, r.backend) for r in rows] == [
+        ("a", 0.5, 0, "1", "vllm"),
+        ("b", 0.25, 0, "1", "vllm"),
     ]
     assert (await ledger.eval_job(job.job_id)).scored
     with pytest.raises(InvalidInput):
-        await ledger.record_eval_scores(job, [])
+        await ledger.record_eval_scores(job, [], backend="vllm")
+    with pytest.raises(InvalidInput, match="backend"):
+        await ledger.record_eval_scores(job, scores, backend="")
 
 
 async def test_the_trainers_read_never_returns_eval_episodes(ledger: Ledger) -> None:

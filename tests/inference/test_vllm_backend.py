@@ -13,23 +13,33 @@ LoRA adapter and reloaded full weights; the tolerance asserted is 1e-4.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
+from rollout.blobs import BlobStore
 from rollout.bridges.convert import convert_folder
 from rollout.contracts import SamplingParams
-from rollout.inference.base import BackendError, InferenceBackend
+from rollout.gateway import GatewayServer, create_app
+from rollout.inference.base import BackendError, InferenceBackend, SampleChunk, StreamingBackend
 from rollout.inference.vllm import VllmBackend
 from rollout.inference.vllm_env import VllmEnvError, vllm_python
 from rollout.inference.vllm_server import VllmServer, VllmServerOptions
+from rollout.launch.evaluator.demand import evaluate
+from rollout.ledger import Ledger
+from rollout.ledger.evals import EvalScoreRecord
 from rollout.models import init_model
+from rollout.rendering import HFRenderer
 from rollout.training.loss import LossConfig
 from rollout.training.providers.base import TrainBatch
 from rollout.training.providers.torch import TorchProvider
 from rollout.training.segments import Segment
+from tests.gateway.gateway_helpers import claim_new_seat
 from tests.training.logprob_helpers import abs_diffs
 
 pytestmark = pytest.mark.slow
@@ -187,3 +197,131 @@ async def test_long_prompts_end_with_length_and_bad_input_is_named(
         await backend.load_weights(tmp_path, 9)
     top = await backend.sample(PROMPTS[0], SamplingParams(max_tokens=3, top_logprobs=3))
     assert all(len(entry) == 3 for entry in top.top_logprobs)
+
+
+async def vllm_requests(url: str) -> float:
+    """The completions the vLLM server at `url` has finished (its Prometheus counter)."""
+    async with httpx.AsyncClient(timeout=30) as http:
+        text = (await http.get(f"{url}/metrics")).text
+    return sum(
+        float(line.rpartition(" ")[2])
+        for line in text.splitlines()
+        if line.startswith("vllm:request_success_total{")
+    )
+
+
+class TimedVllm(VllmBackend):
+    """The vLLM backend, noting when each streamed completion's sampling ended."""
+
+    def __init__(self, base_url: str) -> None:
+        super().__init__(base_url)
+        self.finished: list[float] = []
+
+    async def sample_stream(
+        self, prompt_tokens: list[int], params: SamplingParams
+    ) -> AsyncIterator[SampleChunk]:
+        async for chunk in super().sample_stream(prompt_tokens, params):
+            if chunk.completion is not None:
+                self.finished.append(time.monotonic())
+            yield chunk
+
+
+async def test_streams_token_by_token_through_the_gateway_and_records_the_unstreamed_turn(
+    server_url: str, tiny: Path, ledger: Ledger
+) -> None:
+    backend = TimedVllm(server_url)
+    assert isinstance(backend, StreamingBackend)
+    renderer = HFRenderer(tiny)
+    app = create_app(ledger, renderer, backend, model_name="m")
+    server = await GatewayServer(app).start()
+    body = {
+        "model": "m",
+        "messages": [{"role": "user", "content": "count"}],
+        "max_tokens": 200,
+        "temperature": 1.0,
+        # Of seeds 0-199, the one whose reply (93 tokens) goes longest before a "<", from which
+        # the gateway holds text back (a tool call may start there).
+        "seed": 93,
+        "logprobs": True,
+    }
+    streamed, whole = await claim_new_seat(ledger), await claim_new_seat(ledger)
+    arrivals: list[float] = []
+    try:
+        headers = {"authorization": f"Bearer {streamed.api_key}"}
+        async with (
+            httpx.AsyncClient(base_url=server.root_url, headers=headers, timeout=300) as http,
+            http.stream("POST", "/v1/chat/completions", json={**body, "stream": True}) as response,
+        ):
+            assert response.status_code == 200
+            async for line in response.aiter_lines():
+                if line.startswith("data: {"):
+                    choices = json.loads(line[len("data: ") :])["choices"]
+                    if choices and choices[0]["delta"].get("content"):
+                        arrivals.append(time.monotonic())
+        headers = {"authorization": f"Bearer {whole.api_key}"}
+        async with httpx.AsyncClient(
+            base_url=server.root_url, headers=headers, timeout=300
+        ) as http:
+            response = await http.post("/v1/chat/completions", json=body)
+            assert response.status_code == 200, response.text
+    finally:
+        await server.stop()
+        await backend.close()
+    (streamed_turn,) = await ledger.seat_turns(streamed.episode_id, 0, streamed.attempt)
+    (whole_turn,) = await ledger.seat_turns(whole.episode_id, 0, whole.attempt)
+    # The same seed samples the same tokens, and the streamed turn is recorded exactly alike.
+    assert streamed_turn.prompt_tokens == whole_turn.prompt_tokens
+    assert streamed_turn.completion_tokens == whole_turn.completion_tokens
+    assert streamed_turn.logprobs == whole_turn.logprobs
+    assert streamed_turn.stop_reason == whole_turn.stop_reason
+    assert len(streamed_turn.completion_tokens) > 60
+    (finished,) = backend.finished
+    assert len(arrivals) > 10  # token by token, not one piece at the end
+    assert arrivals[0] < finished  # the first token reached the client while vLLM sampled
+
+
+async def test_an_eval_of_a_vllm_run_samples_with_vllm_and_scores_like_the_local_backend(
+    server_url: str, tiny: Path, ledger: Ledger, blob_store: BlobStore, tmp_path: Path
+) -> None:
+    suite = tmp_path / "suite.yaml"
+    suite.write_text(
+        json.dumps(
+            {
+                "name": "first-character",
+                "version": 1,
+                "sampling": {"temperature": 1.0, "seed": 5, "max_tokens": 4},
+                "environments": [
+                    {"environment": "tests.evals.envs:first_character", "episodes": 24}
+                ],
+            }
+        )
+    )
+    scores: dict[str, EvalScoreRecord] = {}
+    served: dict[str, float] = {}
+    for backend in ("vllm", "local"):
+        before = await vllm_requests(server_url)
+        # The base model of a LoRA run is evaluated on the run's own vLLM server (the
+        # module's); a checkpoint would get a server of the evaluator's own.
+        training = {
+            "backend": backend,
+            "model": {"path": str(tiny)},
+            "lora_rank": 8,
+            "vllm": {"url": server_url},
+        }
+        run = await ledger.create_run(
+            f"eval-{backend}",
+            "tests.evals.envs:first_character",
+            {"kind": "train", "model": str(tiny), "training": training},
+        )
+        job = await evaluate(
+            ledger, blob_store, str(suite), checkpoint="base", run=run.run_id, concurrency=8
+        )
+        assert job.scored and job.seats_ended == 24
+        (scores[backend],) = await ledger.eval_scores(run.run_id)
+        served[backend] = await vllm_requests(server_url) - before
+    assert served == {"vllm": 24, "local": 0}  # vLLM sampled the vLLM run's eval, and only it
+    vllm, local = scores["vllm"], scores["local"]
+    assert (vllm.backend, local.backend) == ("vllm", "local")
+    assert local.ci_low <= vllm.score <= local.ci_high, (vllm.score, local)
+    assert vllm.ci_low <= local.score <= vllm.ci_high, (local.score, vllm)
+    assert 0.0 < vllm.score < 1.0 and 0.0 < local.score < 1.0  # the comparison is not vacuous

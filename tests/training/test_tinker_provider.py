@@ -204,3 +204,22 @@ def test_bridge_refuses_mixing_tinker_and_weight_checkpoints(tmp_path: Path) -> 
     with pytest.raises(RolloutError, match="only backend 'tinker' serves it"):
         convert_folder(Path(saved.path), out, "vllm")
     asyncio.run(asyncio.sleep(0))
+
+
+async def test_the_sampler_waits_for_sdk_futures_and_rides_out_rate_limits() -> None:
+    service = FakeService()
+    sampler = TinkerSamplingBackend(service, base_model="Qwen/Qwen3-8B", retry_wait=0.01)
+    (client,) = service.samplers  # the future the SDK answers was resolved to its client
+    assert sampler._client is client
+    params = SamplingParams(max_tokens=4, seed=1)
+    expected = await sampler.sample([1, 2], params)
+    client.failures = [429, 500, 429]
+    assert await sampler.sample([1, 2], params) == expected  # retried, then sampled once
+    assert sampler.retried == 3 and len(client.requests) == 2
+    client.failures = [429] * 6
+    with pytest.raises(BackendError, match="answered 429 6 times"):
+        await sampler.sample([1, 2], params)
+    client.failures = [400]
+    with pytest.raises(BackendError, match="answered 400"):
+        await sampler.sample([1, 2], params)
+    assert sampler.retried == 8  # a refusal is not retried

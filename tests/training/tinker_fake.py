@@ -19,7 +19,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
 import numpy as np
+import tinker
 from tinker import types
 
 
@@ -56,6 +58,7 @@ class FakeService:
     vocab: int = 32
     stored: dict[str, _Weights] = field(default_factory=dict)
     clients: list[FakeTrainingClient] = field(default_factory=list)
+    samplers: list[FakeSamplingClient] = field(default_factory=list)
     _ids: itertools.count[int] = field(default_factory=itertools.count)
 
     def create_lora_training_client(
@@ -81,12 +84,16 @@ class FakeService:
 
     def create_sampling_client(
         self, model_path: str | None = None, base_model: str | None = None, **_: Any
-    ) -> FakeSamplingClient:
+    ) -> Done:
+        """A future of the client, as the SDK answers (`BackcompatSamplingClientFuture`)."""
         if model_path is not None:
             assert model_path.startswith("tinker://") and "/sampler_weights/" in model_path
-            return FakeSamplingClient(self.stored[model_path].logits.copy())
-        assert base_model is not None
-        return FakeSamplingClient(np.zeros(self.vocab))
+            client = FakeSamplingClient(self.stored[model_path].logits.copy())
+        else:
+            assert base_model is not None
+            client = FakeSamplingClient(np.zeros(self.vocab))
+        self.samplers.append(client)
+        return Done(client)
 
     def path(self, kind: str, name: str) -> str:
         return f"tinker://fake-run-{next(self._ids)}/{kind}/{name}"
@@ -205,6 +212,8 @@ class FakeSamplingClient:
 
     logits: np.ndarray
     requests: list[tuple[types.ModelInput, types.SamplingParams]] = field(default_factory=list)
+    failures: list[int] = field(default_factory=list)
+    """HTTP statuses to fail the next calls with, in order (429: `tinker.RateLimitError`)."""
 
     async def sample_async(
         self,
@@ -215,6 +224,8 @@ class FakeSamplingClient:
     ) -> types.SampleResponse:
         assert isinstance(prompt, types.ModelInput) and num_samples == 1
         assert isinstance(sampling_params, types.SamplingParams)
+        if self.failures:
+            raise _status_error(self.failures.pop(0))
         self.requests.append((prompt, sampling_params))
         logp = _logp(self.logits / max(sampling_params.temperature, 1e-6))
         rng = np.random.default_rng(sampling_params.seed)
@@ -238,3 +249,13 @@ class FakeSamplingClient:
             logprobs_np=np.array(values, dtype=np.float32),
         )
         return types.SampleResponse(sequences=[sequence])
+
+
+def _status_error(status: int) -> tinker.APIStatusError:
+    """The SDK's own error for an HTTP `status` answer."""
+    request = httpx.Request("POST", "https://tinker.invalid/api/v1/asample")
+    response = httpx.Response(status, request=request)
+    kind = {429: tinker.RateLimitError, 400: tinker.BadRequestError}.get(
+        status, tinker.InternalServerError
+    )
+    return kind(f"fake {status}", response=response, body=None)

@@ -63,6 +63,7 @@ def score_rows(scores: Sequence[EvalScoreRecord]) -> list[dict[str, Any]]:
                 "episodes": s.episodes,
                 "failed": s.failed,
                 "method": s.method,
+                "backend": s.backend,
                 "delta_base": None if s.version == BASE_VERSION else _delta(s.score, base.get(key)),
                 "delta_previous": _delta(s.score, previous.get(key)),
             }

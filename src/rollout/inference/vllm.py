@@ -5,8 +5,10 @@ sampled token's logprob, plus the top K when asked) and `return_token_ids: true`
 completion's token ids come back as ids: nothing is detokenized and re-tokenized. The server runs
 with `--logprobs-mode processed_logprobs` (see `vllm_server`), so each logprob is under the
 distribution actually sampled from (temperature and top-p applied), as the local backend
-reports. `max_tokens` is clamped to the server's context, so a long prompt ends with `length`
-like the local backend rather than an error.
+reports. `sample_stream` sends the same request with `"stream": true` and yields each event's
+token ids and logprobs as vLLM chooses them; the completion it ends with is the one `sample`
+returns for the same seed. `max_tokens` is clamped to the server's context, so a long prompt
+ends with `length` like the local backend rather than an error.
 
 Checkpoints, without restarting the server:
 
@@ -34,11 +36,12 @@ import contextlib
 import json
 import os
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rollout.contracts import Completion, SamplingParams
-from rollout.inference.base import BackendError
+from rollout.inference.base import BackendError, SampleChunk
 from rollout.inference.vllm_server import SERVED_NAME
 from rollout.net.client import JsonHttpClient, TransportError
 
@@ -146,8 +149,8 @@ class VllmBackend:
             self.max_model_len = max(lengths, default=0) or 2048
         return self.max_model_len
 
-    async def sample(self, prompt_tokens: list[int], params: SamplingParams) -> Completion:
-        """Sample one completion of `prompt_tokens` (token ids in, token ids and logprobs out)."""
+    async def _body(self, prompt_tokens: list[int], params: SamplingParams) -> dict[str, Any]:
+        """The `/v1/completions` request for `prompt_tokens` (see the module docstring)."""
         if not prompt_tokens:
             raise BackendError("prompt_tokens is empty")
         context = await self._context()
@@ -173,10 +176,49 @@ class VllmBackend:
             body["stop"] = list(params.stop)
         if params.stop_token_ids:
             body["stop_token_ids"] = list(params.stop_token_ids)
+        return body
+
+    async def sample(self, prompt_tokens: list[int], params: SamplingParams) -> Completion:
+        """Sample one completion of `prompt_tokens` (token ids in, token ids and logprobs out)."""
+        body = await self._body(prompt_tokens, params)
         async with self._gate.shared():
             version = self._version
             data = await self._call("POST", "/v1/completions", {"model": self._model, **body})
         return _completion(data, version, params.top_logprobs)
+
+    async def sample_stream(
+        self, prompt_tokens: list[int], params: SamplingParams
+    ) -> AsyncIterator[SampleChunk]:
+        """Like `sample`, but yields the tokens as vLLM chooses them (`"stream": true`, one
+        server-sent event per step); the last chunk carries the whole completion, the same one
+        `sample` returns for the same seed."""
+        body = await self._body(prompt_tokens, params)
+        request = json.dumps({"model": self._model, **body, "stream": True})
+        url = f"{self.base_url}/v1/completions"
+        pieces: list[_Piece] = []
+        async with self._gate.shared():
+            version = self._version
+            try:
+                async for line in self._http.lines(
+                    url, data=request, headers={"Content-Type": "application/json"}
+                ):
+                    if line.status != 200:
+                        raise BackendError(
+                            f"vLLM POST /v1/completions answered {line.status}: {line.text[:500]}"
+                        )
+                    event = line.text
+                    if not event.startswith("data:"):
+                        continue
+                    payload = event[len("data:") :].strip()
+                    if payload == "[DONE]":
+                        break
+                    piece = _piece(json.loads(payload), params.top_logprobs)
+                    pieces.append(piece)
+                    if piece.tokens:
+                        yield SampleChunk(piece.tokens, piece.logprobs, piece.top_logprobs)
+            except TransportError as error:
+                raise BackendError(f"vLLM server {self.base_url} unreachable: {error}") from error
+        yield SampleChunk((), (), completion=_joined(pieces, version))
 
     async def load_weights(self, source: str | os.PathLike[str], version: int) -> None:
         """Serve the checkpoint folder `source` (LoRA adapter or full HF folder) as `version`.
@@ -242,10 +284,23 @@ def _checkpoint_kind(source: str | os.PathLike[str]) -> tuple[Path, str]:
     )
 
 
-def _completion(data: dict[str, Any], version: int, top: int) -> Completion:
+@dataclass(frozen=True)
+class _Piece:
+    """The tokens of one vLLM answer, or of one event of a streamed one."""
+
+    tokens: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    top_logprobs: tuple[dict[int, float], ...]
+    finish: str | None
+
+
+def _piece(data: dict[str, Any], top: int) -> _Piece:
+    """The token ids, logprobs (and top-`top` alternatives) of a completion or stream event."""
     try:
+        if "error" in data and "choices" not in data:
+            raise BackendError(f"vLLM failed: {str(data['error'])[:300]}")
         choice = data["choices"][0]
-        logprobs = choice["logprobs"]
+        logprobs = choice.get("logprobs") or {"tokens": [], "token_logprobs": []}
         token_ids = choice.get("token_ids")
         if token_ids is None:  # older servers: ids only as "token_id:N" strings
             token_ids = [int(str(t).rpartition(":")[2]) for t in logprobs["tokens"]]
@@ -265,11 +320,24 @@ def _completion(data: dict[str, Any], version: int, top: int) -> Completion:
         raise BackendError(f"vLLM answered an unexpected completion: {str(data)[:300]}") from error
     if len(values) != len(token_ids):
         raise BackendError(f"vLLM returned {len(token_ids)} token ids but {len(values)} logprobs")
-    finish = choice.get("finish_reason")
+    return _Piece(
+        tuple(int(t) for t in token_ids), tuple(values), tops, choice.get("finish_reason")
+    )
+
+
+def _joined(pieces: list[_Piece], version: int, *, streamed: bool = True) -> Completion:
+    """One completion from its pieces, in order (one piece when not streamed)."""
+    finish = next((p.finish for p in reversed(pieces) if p.finish is not None), None)
+    if finish is None and streamed:  # the stream was cut before its last event
+        raise BackendError("vLLM ended a streamed completion without a finish_reason")
     return Completion(
-        tokens=tuple(int(t) for t in token_ids),
-        logprobs=tuple(values),
+        tokens=tuple(t for p in pieces for t in p.tokens),
+        logprobs=tuple(x for p in pieces for x in p.logprobs),
         stop_reason="length" if finish == "length" else "stop",
         version=version,
-        top_logprobs=tops,
+        top_logprobs=tuple(d for p in pieces for d in p.top_logprobs),
     )
+
+
+def _completion(data: dict[str, Any], version: int, top: int) -> Completion:
+    return _joined([_piece(data, top)], version, streamed=False)

@@ -26,13 +26,14 @@ from rollout.runs.live import RunSettings
 
 
 async def start_vllm(
-    options: VllmServerOptions, *, url: str | None, work_dir: Path
+    options: VllmServerOptions, *, url: str | None, work_dir: Path, version: int = 0
 ) -> tuple[VllmBackend, VllmServer | None]:
-    """The backend on `url`, or on a server started from `options` (stop it when done)."""
+    """The backend on `url`, or on a server started from `options` (stop it when done); it
+    reports `version` until it loads a checkpoint."""
     if url:
-        return VllmBackend(url), None
+        return VllmBackend(url, version=version), None
     server = VllmServer(options, work_dir=work_dir)
-    return VllmBackend(await server.start()), server
+    return VllmBackend(await server.start(), version=version), server
 
 
 def attach_engine_routes(app: FastAPI, backend: VllmBackend) -> None:

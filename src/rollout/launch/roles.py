@@ -101,32 +101,18 @@ async def _serving_backend(
 ) -> tuple[Any, Any, Any]:
     """(backend, inference app, started vLLM server or None) for the run's `backend`."""
     from rollout.inference.server import create_inference_app
+    from rollout.launch.backends import start_backend
 
-    model = spec.model
-    if spec.backend == "vllm" and spec.training is not None:
-        from rollout.inference.vllm_server import vllm_server_options
-        from rollout.inference.vllm_serving import attach_engine_routes, start_vllm
+    started = await start_backend(spec, work)
+    backend = started.backend
+    app = create_inference_app(backend, model=spec.model, secret=secret)
+    from rollout.inference.vllm import VllmBackend
 
-        options = vllm_server_options(spec.training, model, work / "vllm.log")
-        backend, vllm_server = await start_vllm(options, url=spec.training.vllm.url, work_dir=work)
-        app = create_inference_app(backend, model=model, secret=secret)
+    if isinstance(backend, VllmBackend):
+        from rollout.inference.vllm_serving import attach_engine_routes
+
         attach_engine_routes(app, backend)
-        return backend, app, vllm_server
-    if spec.backend == "tinker" and spec.training is not None:
-        from rollout.training.providers.tinker import tinker_sampling_backend
-
-        backend = await asyncio.to_thread(tinker_sampling_backend, spec.training)
-        return backend, create_inference_app(backend, model=model, secret=secret), None
-    from rollout.inference.local import LocalBackend
-
-    training = spec.training
-    if training is None:
-        backend = LocalBackend(Path(model), device=spec.device)
-    else:
-        backend = LocalBackend(
-            Path(model), device=spec.device, dtype=training.dtype, max_batch=training.local_batch
-        )
-    return backend, create_inference_app(backend, model=model, secret=secret), None
+    return backend, app, started.vllm_server
 
 
 async def gateway(stop: asyncio.Event, *, run: str, host: str, port: int) -> None:

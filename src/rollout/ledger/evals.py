@@ -122,6 +122,8 @@ class EvalScoreRecord:
     failed: int
     method: str
     created_at: float
+    backend: str | None = None
+    """The inference backend that sampled the job (None: recorded before backends were named)."""
 
 
 INSERT_SUITE: LiteralString = """
@@ -223,15 +225,15 @@ ORDER BY e.member, se.agent
 """
 INSERT_SCORE: LiteralString = """
 INSERT INTO eval_scores (job_id, environment, position, run_id, score, ci_low, ci_high,
-                         episodes, failed, method)
+                         episodes, failed, method, backend)
 VALUES (%(job)s, %(environment)s, %(position)s, %(run)s, %(score)s, %(ci_low)s, %(ci_high)s,
-        %(episodes)s, %(failed)s, %(method)s)
+        %(episodes)s, %(failed)s, %(method)s, %(backend)s)
 ON CONFLICT DO NOTHING RETURNING 1
 """
 SELECT_SCORES: LiteralString = """
 SELECT s.job_id, j.run_id, j.suite, j.suite_version, j.version, s.environment, s.position,
        s.score, s.ci_low, s.ci_high, s.episodes, s.failed, s.method,
-       extract(epoch FROM s.created_at)::float8 AS created_at
+       extract(epoch FROM s.created_at)::float8 AS created_at, s.backend
 FROM eval_scores s JOIN eval_jobs j ON j.job_id = s.job_id
 WHERE (%(run)s::text IS NULL OR j.run_id = %(run)s)
 ORDER BY j.run_id, j.suite, j.suite_version, j.version, s.position, s.job_id
@@ -449,11 +451,16 @@ class EvalsMixin(LedgerConnection):
             await cursor.execute(SELECT_SEAT_ENDS, {"run": job.run_id, "job": job.job_id})
             return await cursor.fetchall()
 
-    async def record_eval_scores(self, job: EvalJob, scores: Sequence[EvalScore]) -> bool:
-        """Record a finished job's scores, one per environment, in one transaction. True if
-        new; a retry (or a second evaluator) finds them recorded and changes nothing."""
+    async def record_eval_scores(
+        self, job: EvalJob, scores: Sequence[EvalScore], *, backend: str
+    ) -> bool:
+        """Record a finished job's scores, one per environment, in one transaction, naming the
+        inference `backend` that sampled them. True if new; a retry (or a second evaluator)
+        finds them recorded and changes nothing."""
         if not scores:
             raise InvalidInput(f"scores of job {job.job_id} must not be empty")
+        if not backend:
+            raise InvalidInput(f"backend of job {job.job_id} must be named, got {backend!r}")
         new = False
         async with self._pool.connection() as conn, conn.transaction():
             # Serialise concurrent scorers of one job: the first writes all rows, others none.
@@ -463,7 +470,7 @@ class EvalsMixin(LedgerConnection):
             for score in scores:
                 cursor = await conn.execute(
                     INSERT_SCORE,
-                    {"job": job.job_id, "run": job.run_id, **asdict(score)},
+                    {"job": job.job_id, "run": job.run_id, "backend": backend, **asdict(score)},
                 )
                 new = (await cursor.fetchone() is not None) or new
         return new

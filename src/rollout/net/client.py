@@ -9,7 +9,7 @@ because httpx's connection pool spends time quadratic in the number of concurren
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 
 import aiohttp
@@ -67,6 +67,27 @@ class JsonHttpClient:
                 return HttpResponse(response.status, await response.read())
         except (TimeoutError, aiohttp.ClientConnectionError) as error:
             raise TransportError(f"{method} {url}: {error!r}") from error
+
+    async def lines(
+        self,
+        url: str,
+        *,
+        data: bytes | str,
+        headers: Mapping[str, str] | None = None,
+    ) -> AsyncIterator[HttpResponse]:
+        """POST and yield the answer's non-empty lines as they arrive, each as an
+        `HttpResponse` with the answer's status; an answer other than 200 is yielded once,
+        whole. Transport failures raise TransportError."""
+        try:
+            async with self._client().post(url, data=data, headers=dict(headers or {})) as response:
+                if response.status != 200:
+                    yield HttpResponse(response.status, await response.read())
+                    return
+                async for line in response.content:
+                    if line.strip():
+                        yield HttpResponse(200, line.rstrip(b"\r\n"))
+        except (TimeoutError, aiohttp.ClientConnectionError) as error:
+            raise TransportError(f"POST {url}: {error!r}") from error
 
     async def close(self) -> None:
         session = self._session

@@ -1,11 +1,13 @@
 """Serve one checkpoint of a run to eval episodes, alongside (never instead of) training.
 
 `CheckpointServer.serve(run, version)` loads the checkpoint into an inference backend owned by
-the evaluator (the run's model folder with the checkpoint's `local` conversion loaded on top; the
-model folder alone for the base model, version -1) and puts the platform's gateway app in front
-of it on loopback, in this process. Eval seats talk to that gateway with their own keys, so
-every eval turn is recorded like any other, reporting the version that sampled it. A checkpoint
-the bridge has not converted yet (or never will: the run finished) is converted here.
+the evaluator, of the run's own kind (`rollout.launch.backends`: `local`, `vllm` with a vLLM
+server of its own, `tinker`): the run's model with the checkpoint's conversion for that backend
+loaded on top, or the model alone for the base model (version -1). It puts the platform's
+gateway app in front of it on loopback, in this process. Eval seats talk to that gateway with
+their own keys, so every eval turn is recorded like any other, reporting the version that
+sampled it, and the job's scores name the backend (`backend`). A checkpoint the bridge has not
+converted yet (or never will: the run finished) is converted here.
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ from rollout.blobs import BlobStore
 from rollout.bridges.convert import convert_checkpoint
 from rollout.evals.errors import EvalError
 from rollout.evals.report import version_label
-from rollout.inference.base import InferenceBackend
 from rollout.inference.weights_cache import fetch, weights_folder
+from rollout.launch.backends import StartedBackend, backend_name, start_backend
 from rollout.launch.serve import serve_gateway
 from rollout.ledger import Ledger, NotFound, RunRecord
 from rollout.ledger.evals import BASE_VERSION
@@ -28,9 +30,6 @@ from rollout.rendering.base import Renderer
 from rollout.runs.spec import RunSpec
 
 log = logging.getLogger("rollout.evaluator")
-
-CONVERSION = "local"
-"""The conversion the evaluator's backend loads."""
 
 
 class CheckpointServer:
@@ -41,7 +40,9 @@ class CheckpointServer:
         self.blobs = blobs
         self.cache_dir = cache_dir
         self.serving: tuple[str, int] | None = None
-        self._backend: InferenceBackend | None = None
+        self.backend: str | None = None
+        """The name of the backend serving now (`local`, `vllm`, ...)."""
+        self._started: StartedBackend | None = None
         self._server: AppServer | None = None
 
     @property
@@ -56,45 +57,50 @@ class CheckpointServer:
             return self.base_url
         await self.close()
         spec = RunSpec.of(run)
-        renderer, backend = await asyncio.to_thread(self._load_model, spec, version)
+        name = backend_name(spec)
+        if name == "scripted" and version != BASE_VERSION:
+            raise EvalError("the scripted model has no checkpoints: evaluate 'base'")
+        renderer = await asyncio.to_thread(self._renderer, spec)
+        work = self.cache_dir / run.run_id / "evaluator-engine"
+        started = await start_backend(
+            spec, work, version=version, own_server=not _shares_run_server(spec, version)
+        )
         try:
             if version != BASE_VERSION:
-                folder = await self._weights(run, version)
-                load = getattr(backend, "load_weights", None)
+                folder = await self._weights(run, version, name)
+                load = getattr(started.backend, "load_weights", None)
                 if load is None:
                     raise EvalError(f"model {spec.model!r} cannot load checkpoint weights")
                 await load(folder, version)
             server = await serve_gateway(
-                self.ledger, renderer, backend, model_name=f"{run.name}@{version_label(version)}"
+                self.ledger,
+                renderer,
+                started.backend,
+                model_name=f"{run.name}@{version_label(version)}",
             )
         except BaseException:
-            await backend.close()
+            await started.close()
             raise
-        self._backend, self._server = backend, server
+        self._started, self._server, self.backend = started, server, name
         self.serving = (run.run_id, version)
-        log.info("serving %s %s at %s", run.name, version_label(version), server.base_url)
+        log.info(
+            "serving %s %s with %s at %s", run.name, version_label(version), name, server.base_url
+        )
         return server.base_url
 
     @staticmethod
-    def _load_model(spec: RunSpec, version: int) -> tuple[Renderer, InferenceBackend]:
+    def _renderer(spec: RunSpec) -> Renderer:
         from rollout.rendering import HFRenderer
 
         if spec.model == "scripted":
-            if version != BASE_VERSION:
-                raise EvalError("the scripted model has no checkpoints: evaluate 'base'")
-            from rollout.inference.scripted import ScriptedBackend
             from rollout.models import default_tokenizer_dir
 
-            renderer = HFRenderer(default_tokenizer_dir())
-            return renderer, ScriptedBackend(renderer, version=version)
-        from rollout.inference.local import LocalBackend
+            return HFRenderer(default_tokenizer_dir())
+        return HFRenderer(Path(spec.model))
 
-        folder = Path(spec.model)
-        return HFRenderer(folder), LocalBackend(folder, device=spec.device, version=version)
-
-    async def _weights(self, run: RunRecord, version: int) -> Path:
-        """The local folder of the checkpoint's conversion, converting it if needed."""
-        uri = (await self.ledger.conversions(run.run_id, version)).get(CONVERSION)
+    async def _weights(self, run: RunRecord, version: int, conversion: str) -> Path:
+        """The local folder of the checkpoint's `conversion`, converting it if needed."""
+        uri = (await self.ledger.conversions(run.run_id, version)).get(conversion)
         if uri is None:
             checkpoint = next(
                 (c for c in await self.ledger.checkpoints(run.run_id) if c.version == version),
@@ -103,18 +109,31 @@ class CheckpointServer:
             if checkpoint is None:
                 raise NotFound(f"run {run.name!r} has no checkpoint version {version}")
             uri = await asyncio.to_thread(
-                convert_checkpoint, self.blobs, checkpoint.uri, CONVERSION
+                convert_checkpoint, self.blobs, checkpoint.uri, conversion
             )
-            await self.ledger.record_conversion(run.run_id, version, CONVERSION, uri)
+            await self.ledger.record_conversion(run.run_id, version, conversion, uri)
         # Shared with the run's inference server on this machine (inference.weights_cache).
-        folder = weights_folder(self.cache_dir, run.run_id, CONVERSION, version)
+        folder = weights_folder(self.cache_dir, run.run_id, conversion, version)
         return await asyncio.to_thread(fetch, self.blobs, uri, folder)
 
     async def close(self) -> None:
-        server, backend = self._server, self._backend
-        self._server = self._backend = None
-        self.serving = None
+        server, started = self._server, self._started
+        self._server, self._started = None, None
+        self.serving = self.backend = None
         if server is not None:
             await server.stop()
-        if backend is not None:
-            await backend.close()
+        if started is not None:
+            await started.close()
+
+
+def _shares_run_server(spec: RunSpec, version: int) -> bool:
+    """Whether the evaluator may sample from the vLLM server the run names by URL: only the
+    base model of a LoRA run, which no training step changes there (a checkpoint, or the base
+    of a full-weights run, is served by a vLLM server of the evaluator's own)."""
+    training = spec.training
+    return (
+        version == BASE_VERSION
+        and training is not None
+        and training.vllm.url is not None
+        and training.lora_rank is not None
+    )

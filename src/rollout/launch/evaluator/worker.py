@@ -38,6 +38,7 @@ from rollout.evals.suite import ResolvedSuite, resolve
 from rollout.harness.core import Environment
 from rollout.harness.errors import TaskError
 from rollout.harness.play import make_task, play_seat
+from rollout.launch.backends import backend_name
 from rollout.launch.evaluator.serving import CheckpointServer
 from rollout.ledger import Ledger, RunRecord, SeatClaim, StaleFence
 from rollout.ledger.evals import EvalJob
@@ -224,13 +225,15 @@ class Evaluator:
         if job.seats_ended < job.seats or job.scored:
             return played
         scores = job_scores(suite, await self.ledger.eval_seat_ends(job))
-        if await self.ledger.record_eval_scores(job, scores):
+        backend = backend_name(RunSpec.of(await self._run(job.run_id)))
+        if await self.ledger.record_eval_scores(job, scores, backend=backend):
             log.info(
-                "eval job %s (%s@%s on %s): %s",
+                "eval job %s (%s@%s on %s, %s): %s",
                 job.job_id,
                 job.suite,
                 job.suite_version,
                 version_label(job.version),
+                backend,
                 ", ".join(f"{s.environment} {s.score:.3f}" for s in scores),
             )
         return True

@@ -270,11 +270,12 @@ def _scaled(segment: Segment, trainer: Sequence[float], batch: TrainBatch) -> li
     return (result.weights.double() / ratio).masked_fill(~result.mask, 0.0).tolist()
 
 
-def tinker_sampling_backend(config: RunConfig) -> Any:
-    """The run's `tinker` inference backend (a real ServiceClient)."""
+def tinker_sampling_backend(config: RunConfig, *, version: int = 0) -> Any:
+    """The run's `tinker` inference backend (a real ServiceClient), reporting `version` until
+    it loads a checkpoint."""
     from rollout.inference.tinker import TinkerSamplingBackend
 
     if config.tinker is None:
         raise TrainingError("backend 'tinker' needs a tinker: block")
     service = service_client(config.tinker.base_url)
-    return TinkerSamplingBackend(service, base_model=config.tinker.base_model)
+    return TinkerSamplingBackend(service, base_model=config.tinker.base_model, version=version)
