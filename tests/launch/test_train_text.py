@@ -1,0 +1,145 @@
+"""A newcomer's own text environment trains on the preset the guides name.
+
+The walk-through of docs/write-an-environment.md, as written: its `first_letter.py` block is
+saved in a fresh project folder and its console commands run from there. Under `cpu-text` the
+run needs no other setting and its reward rises; under `cpu-tiny` (whose model reads only
+parity's characters) `env check` and `train` say so in one line before any step, naming
+cpu-text. The page's block and commands are read from the page, so the guide cannot drift.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.docs.blocks import page_blocks
+
+ROOT = Path(__file__).resolve().parents[2]
+GUIDE = ROOT / "docs" / "write-an-environment.md"
+MODULE = "first_letter"
+
+
+def _guide() -> tuple[str, list[list[str]]]:
+    """The page's `first_letter.py` block and the rollout commands of the console block whose
+    no-test reason says this test runs it."""
+    found = page_blocks(GUIDE)
+    source = [b.body for b in found if b.body.startswith(f"# {MODULE}.py\n")]
+    assert len(source) == 1, f"{GUIDE.name} needs one block starting `# {MODULE}.py`"
+    runs = [b for b in found if (b.skipped or "").startswith("tests/launch/test_train_text.py")]
+    assert len(runs) == 1, f"{GUIDE.name} needs one block marked as run by this test"
+    commands = [shlex.split(line)[3:] for line in runs[0].body.splitlines() if line.strip()]
+    return source[0], commands
+
+
+@pytest.fixture
+def project(tmp_path: Path, database_url: str) -> tuple[Path, dict[str, str]]:
+    """A user's project folder holding only the guide's file, and the commands' environment."""
+    folder = tmp_path / "project"
+    folder.mkdir()
+    (folder / f"{MODULE}.py").write_text(_guide()[0])
+    (folder / "pyproject.toml").write_text('[project]\nname = "mine"\nversion = "0"\n')
+    env = dict(
+        os.environ,
+        ROLLOUT_DATABASE_URL=database_url,
+        ROLLOUT_STATE_DIR=str(folder / ".rollout"),
+        COLUMNS="300",
+    )
+    return folder, env
+
+
+def _rollout(
+    folder: Path, env: dict[str, str], *args: str, timeout: float
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "rollout.cli", *args],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_the_guides_commands_are_the_ones_run_here() -> None:
+    _, commands = _guide()
+    assert commands == [
+        ["env", "check", f"{MODULE}:environment", "--preset", "cpu-text"],
+        ["train", f"{MODULE}:environment", "--preset", "cpu-text"],
+    ]
+
+
+@pytest.mark.slow
+def test_cpu_tiny_says_in_one_line_that_it_cannot_read_the_words(
+    project: tuple[Path, dict[str, str]],
+) -> None:
+    folder, env = project
+    spec = f"{MODULE}:environment"
+    checked = _rollout(folder, env, "env", "check", spec, timeout=120)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    warnings = [line for line in checked.stdout.splitlines() if "cannot read" in line]
+    assert warnings == [
+        "preset cpu-tiny's model cannot read 'abcdeikloprw' in first-letter's text (it becomes "
+        "<unk>); train it with --preset cpu-text, whose model reads any text"
+    ], checked.stdout
+    # The guide's preset reads every word: no such line.
+    fine = _rollout(folder, env, "env", "check", spec, "--preset", "cpu-text", timeout=120)
+    assert fine.returncode == 0 and "cannot read" not in fine.stdout, fine.stdout
+    # train says the same before it creates anything that steps (--create-only: no roles).
+    created = _rollout(
+        folder, env, "train", spec, "--preset", "cpu-tiny", "--create-only", timeout=300
+    )
+    assert created.returncode == 0, created.stderr[-2000:]
+    lines = created.stdout.splitlines()
+    assert [line for line in lines if "cannot read" in line] == warnings
+    assert "Traceback" not in created.stdout + created.stderr
+
+
+STEPS_SEEN = 40
+"""Steps the learning test watches before it stops the run (Ctrl-C), unless the run reached the
+preset's `stop_at_reward` first: enough for the reward to rise, far fewer than the preset's 300."""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(660)
+def test_the_guides_environment_learns_on_cpu_text_with_no_other_setting(
+    project: tuple[Path, dict[str, str]],
+) -> None:
+    folder, env = project
+    _, commands = _guide()
+    train = subprocess.Popen(
+        [sys.executable, "-m", "rollout.cli", *commands[1], "--json"],
+        cwd=folder,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert train.stderr is not None
+    shown = []
+    try:
+        for line in train.stderr:  # piped: one whole progress line per change
+            shown.append(line)
+            step = re.match(r"training step (\d+)/", line)
+            if step and int(step.group(1)) >= STEPS_SEEN:
+                train.send_signal(signal.SIGINT)
+                break
+        out, err = train.communicate(timeout=120)
+    finally:
+        if train.poll() is None:
+            train.kill()
+    shown.append(err)
+    assert train.returncode == 0, "".join(shown)[-3000:]
+    text = "".join(shown)
+    assert "cannot read" not in text and "no format warm-up" not in text, text[:2000]
+    summary = json.loads(out)
+    print("first-letter on cpu-text:", json.dumps(summary))
+    # From a random a or b after the warm-up (about 0.5) to clearly better.
+    assert summary["first_rewards_mean"] + 0.15 < summary["last_rewards_mean"], summary
