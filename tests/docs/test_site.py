@@ -184,3 +184,34 @@ def test_the_readme_links_the_beginners_path_first() -> None:
         "docs/first-episode.md",
         "docs/laptop.md",
     ], links[:4]
+
+
+def _preset_needs(name: str) -> str:
+    """What a built-in preset needs beyond `uv sync`, from its fields (`gpus_needed` counts the
+    CUDA GPUs as the preflight does)."""
+    from rollout.runs.presets import load_preset
+
+    config = load_preset(name)
+    needs = []
+    if config.gpus_needed:
+        needs.append(f"{config.gpus_needed} CUDA GPU{'s' if config.gpus_needed > 1 else ''}")
+    if config.backend == "vllm" and config.vllm.url is None:
+        needs.append("`uv run rollout setup vllm` once")
+    if "tinker" in (config.backend, config.provider):
+        needs.append("`uv sync --extra tinker`, `TINKER_API_KEY`")
+    return ", ".join(needs) or "nothing"
+
+
+def test_the_presets_table_is_the_presets() -> None:
+    """docs/presets.md's table restates the preset files: one row per built-in preset, its
+    `description`, and what it needs as computed from its fields."""
+    from rollout.runs.presets import load_preset, presets_dir
+
+    names = sorted(path.stem for path in presets_dir().glob("*.yaml"))
+    expected = [
+        f"| `{name}` | {load_preset(name).description} | {_preset_needs(name)} |" for name in names
+    ]
+    shown = [
+        line for line in (DOCS / "presets.md").read_text().splitlines() if line.startswith("| `")
+    ]
+    assert shown == expected, "docs/presets.md's table should read:\n" + "\n".join(expected)

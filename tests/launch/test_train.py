@@ -1,7 +1,7 @@
 """`rollout train` end to end: real role processes, real Postgres, a real tiny model that learns.
 
 The run is the README's main command: the cpu-tiny preset on the parity example
-(`parity.environment`), which a fresh tiny model learns in about 100-200 steps. Afterwards the
+(`parity.environment`), which a fresh tiny model learns in about 95-170 steps. Afterwards the
 ledger must show that episodes kept playing while the trainer stepped, that some turns were
 sampled by a version older than the one that trained on them (off-policy happened), that no turn
 began beyond max_lag, and that the reward of the last steps clearly exceeds that of the first.

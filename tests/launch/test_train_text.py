@@ -70,6 +70,12 @@ def _rollout(
 
 def test_the_guides_commands_are_the_ones_run_here() -> None:
     _, commands = _guide()
+    laptop = [
+        block
+        for block in page_blocks(ROOT / "docs" / "laptop.md")
+        if (block.skipped or "").startswith("tests/launch/test_train_text.py")
+    ]
+    assert [shlex.split(line)[3:] for line in laptop[0].body.splitlines()] == commands
     assert commands == [
         ["env", "check", f"{MODULE}:environment", "--preset", "cpu-text"],
         ["train", f"{MODULE}:environment", "--preset", "cpu-text"],
