@@ -1,7 +1,8 @@
 """A newcomer's own text environment trains on the preset the guides name.
 
 The walk-through of docs/write-an-environment.md, as written: its `first_letter.py` block is
-saved in a fresh project folder and its console commands run from there. Under `cpu-text` the
+saved in a fresh project folder and its console commands run from there, with the output piped
+(a line must come at least every 10 s). Under `cpu-text` the
 run needs no other setting and its reward rises; under `cpu-tiny` (whose model reads only
 parity's characters) `env check` and `train` say so in one line before any step, naming
 cpu-text. The page's block and commands are read from the page, so the guide cannot drift.
@@ -9,6 +10,7 @@ cpu-text. The page's block and commands are read from the page, so the guide can
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -16,6 +18,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -108,6 +111,8 @@ def test_cpu_tiny_says_in_one_line_that_it_cannot_read_the_words(
     assert "Traceback" not in created.stdout + created.stderr
 
 
+PIPED_GAP_S = 10.0
+"""The longest a piped `rollout train` may go without printing a line (it prints every 5 s)."""
 STEPS_SEEN = 40
 """Steps the learning test watches before it stops the run (Ctrl-C), unless the run reached the
 preset's `stop_at_reward` first: enough for the reward to rise, far fewer than the preset's 300."""
@@ -129,10 +134,12 @@ def test_the_guides_environment_learns_on_cpu_text_with_no_other_setting(
         text=True,
     )
     assert train.stderr is not None
-    shown = []
+    shown, arrivals = [], []
     try:
-        for line in train.stderr:  # piped: one whole progress line per change
+        for line in train.stderr:  # piped: whole plain lines, one per change or every 5 s
             shown.append(line)
+            if line.startswith("training step "):
+                arrivals.append(time.monotonic())
             step = re.match(r"training step (\d+)/", line)
             if step and int(step.group(1)) >= STEPS_SEEN:
                 train.send_signal(signal.SIGINT)
@@ -145,7 +152,11 @@ def test_the_guides_environment_learns_on_cpu_text_with_no_other_setting(
     assert train.returncode == 0, "".join(shown)[-3000:]
     text = "".join(shown)
     assert "cannot read" not in text and "no format warm-up" not in text, text[:2000]
+    # `rollout train ... | cat`: from the first progress line to the last (the run finished or
+    # was stopped), a reader of the pipe is never left 10 s without one.
+    gaps = [later - earlier for earlier, later in itertools.pairwise(arrivals)]
+    assert max(gaps) <= PIPED_GAP_S, f"{max(gaps):.1f} s without a progress line: {shown}"
     summary = json.loads(out)
-    print("first-letter on cpu-text:", json.dumps(summary))
+    print("first-letter on cpu-text:", json.dumps(summary), f"longest gap {max(gaps):.1f} s")
     # From a random a or b after the warm-up (about 0.5) to clearly better.
     assert summary["first_rewards_mean"] + 0.15 < summary["last_rewards_mean"], summary

@@ -13,10 +13,10 @@ Example:
     >>> from parity.environment import environment as parity
     >>> from rollout.contracts import Message
     >>> from rollout.runs.presets import load_preset
-    >>> seen = [Message.user("Which letter does 'apple' start with?")]
+    >>> seen = [Message.user("Which letter does apple start with?")]
     >>> print(readability_note(parity, load_preset("cpu-tiny"), seen))
     ... # doctest: +NORMALIZE_WHITESPACE
-    preset cpu-tiny's model cannot read ' ?Waceghilnoprsttw' in parity's text (it becomes
+    preset cpu-tiny's model cannot read ' ?Wacdehiloprstw' in parity's text (it becomes
     <unk>); train it with --preset cpu-text, whose model reads any text
     >>> readability_note(parity, load_preset("cpu-text"), seen) is None
     True

@@ -10,7 +10,7 @@ Example:
     >>> from rollout.models.tokenizer import build_tokenizer
     >>> parity = build_tokenizer(vocab_size=64, kind="chars", alphabet="0123456789EO=\\n")
     >>> unreadable(parity.backend_tokenizer, ["1234", "Spell it: abc"])
-    ' :Sabcilpt'
+    ' :Sabceilpt'
     >>> text = build_tokenizer(vocab_size=512, kind="bytes")
     >>> unreadable(text.backend_tokenizer, ["Spell it: abc", "{\\"é\\": 1}"])
     ''
