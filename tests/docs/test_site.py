@@ -215,3 +215,52 @@ def test_the_presets_table_is_the_presets() -> None:
         line for line in (DOCS / "presets.md").read_text().splitlines() if line.startswith("| `")
     ]
     assert shown == expected, "docs/presets.md's table should read:\n" + "\n".join(expected)
+
+
+def _cell_values(cell: str) -> list[object]:
+    """A table cell's values: `none`/`null` -> None, `empty` -> '', else YAML scalars."""
+    values: list[object] = []
+    for item in cell.split(", "):
+        item = item.strip().strip("`")
+        values.append(
+            None if item in ("none", "null") else "" if item == "empty" else yaml.safe_load(item)
+        )
+    return values
+
+
+TRAINING_UNSHOWN = {"dtype", "vllm", "tinker", "gpus", "evals"}
+"""RunConfig fields training.md's table leaves to other pages (presets.md, models.md, evals.md)."""
+
+
+def test_trainings_field_table_shows_the_defaults_and_cpu_tiny() -> None:
+    """Each row of docs/training.md's preset table names fields of `RunConfig`, with the
+    model's defaults and cpu-tiny's values (a restated source of truth, checked here)."""
+    from rollout.runs.config import RunConfig
+    from rollout.runs.presets import load_preset
+
+    def value(config: object, dotted: str) -> object:
+        for part in dotted.split("."):
+            config = None if config is None else getattr(config, part)
+        return config
+
+    default = RunConfig.model_validate({"model": {"init": {}}})
+    tiny = load_preset("cpu-tiny")
+    section = (DOCS / "training.md").read_text().split("\n## Presets\n", 1)[1].split("\n#", 1)[0]
+    rows = re.findall(r"^\| (`[^|]+) \| ([^|]+) \| ([^|]+) \| [^|]+ \|$", section, re.M)
+    assert len(rows) > 30
+    shown: set[str] = set()
+    wrong = []
+    for names, defaults, tinys in rows:
+        fields = [name.strip("` ") for name in names.split(", ")]
+        prefix = fields[0].rsplit(".", 1)[0] + "." if "." in fields[0] else ""
+        fields = [prefix + f[1:] if f.startswith(".") else f for f in fields]
+        shown |= {field.split(".")[0] for field in fields}
+        if fields[0] in ("name", "model.path", "model.init.vocab_size"):
+            continue  # labels; a default that is a description ("built-in size")
+        for column, config in ((defaults, default), (tinys, tiny)):
+            expected = [value(config, field) for field in fields]
+            if _cell_values(column) != expected:
+                wrong.append(f"{names}: shows {column.strip()}, the source says {expected}")
+    assert not wrong, "\n".join(wrong)
+    missing = set(RunConfig.model_fields) - shown - TRAINING_UNSHOWN
+    assert not missing, f"docs/training.md's table lacks {sorted(missing)}"
