@@ -86,28 +86,21 @@ def test_the_guides_commands_are_the_ones_run_here() -> None:
 
 
 @pytest.mark.slow
-def test_cpu_tiny_says_in_one_line_that_it_cannot_read_the_words(
+def test_train_under_cpu_tiny_says_in_one_line_that_it_cannot_read_the_words(
     project: tuple[Path, dict[str, str]],
 ) -> None:
+    """`rollout train` says it before it creates anything that steps (--create-only: no roles);
+    `env check`'s line is tested in tests/cli/test_commands.py."""
     folder, env = project
     spec = f"{MODULE}:environment"
-    checked = _rollout(folder, env, "env", "check", spec, timeout=120)
-    assert checked.returncode == 0, checked.stdout + checked.stderr
-    warnings = [line for line in checked.stdout.splitlines() if "cannot read" in line]
-    assert warnings == [
-        "preset cpu-tiny's model cannot read 'abcdeikloprw' in first-letter's text (it becomes "
-        "<unk>); train it with --preset cpu-text, whose model reads any text"
-    ], checked.stdout
-    # The guide's preset reads every word: no such line.
-    fine = _rollout(folder, env, "env", "check", spec, "--preset", "cpu-text", timeout=120)
-    assert fine.returncode == 0 and "cannot read" not in fine.stdout, fine.stdout
-    # train says the same before it creates anything that steps (--create-only: no roles).
     created = _rollout(
         folder, env, "train", spec, "--preset", "cpu-tiny", "--create-only", timeout=300
     )
     assert created.returncode == 0, created.stderr[-2000:]
-    lines = created.stdout.splitlines()
-    assert [line for line in lines if "cannot read" in line] == warnings
+    assert [line for line in created.stdout.splitlines() if "cannot read" in line] == [
+        "preset cpu-tiny's model cannot read 'abcdeikloprw' in first-letter's text (it becomes "
+        "<unk>); train it with --preset cpu-text, whose model reads any text"
+    ], created.stdout
     assert "Traceback" not in created.stdout + created.stderr
 
 
