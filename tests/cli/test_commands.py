@@ -238,3 +238,19 @@ def test_a_preset_whose_model_folder_is_missing_says_how_to_get_it(
     (line,) = [line for line in err.splitlines() if line.startswith("error:")]
     assert "Qwen3-8B-tokenizer has no config.json; get it with: uv run hf download" in line
     assert line == err.strip(), err  # one line, nothing else
+
+
+def test_env_check_says_in_one_line_when_the_presets_model_cannot_read_the_text(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ROLLOUT_STATE_DIR", str(tmp_path))
+    code, out, _ = rollout(capsys, "env", "check", "arithmetic.environment:environment")
+    lines = [line for line in out.splitlines() if "cannot read" in line]
+    assert code == 0 and len(lines) == 1, out  # cpu-tiny, train's default: digits, E, O, =
+    assert lines[0].startswith("preset cpu-tiny's model cannot read ' -?Wahist' in arithmetic")
+    assert lines[0].endswith("train it with --preset cpu-text, whose model reads any text")
+    spec = ("env", "check", "arithmetic.environment:environment", "--preset", "cpu-text", "--json")
+    code, out, _ = rollout(capsys, *spec)
+    assert code == 0 and json.loads(out)["readability"] is None
+    code, out, _ = rollout(capsys, "env", "check", "parity.environment:environment")
+    assert code == 0 and "cannot read" not in out

@@ -6,6 +6,7 @@ its entrypoint, CPU PyTorch by default, and that its `uv export` steps work on o
 from __future__ import annotations
 
 import fnmatch
+import re
 import shlex
 import shutil
 import subprocess
@@ -115,3 +116,49 @@ def test_the_dependency_export_works_on_the_lock(tmp_path: Path) -> None:
         text=True,
     ).stdout
     assert any(line.startswith("torch==") for line in pin.splitlines())
+
+
+def _image_lacks() -> dict[str, bool]:
+    """What the Dockerfile leaves out, read from it: vLLM, the tinker extra, Node.js."""
+    text = (ROOT / "Dockerfile").read_text()
+    run = " ".join(" ".join(c.value) for c in COMMANDS if c.cmd.upper() == "RUN")
+    return {
+        "vllm": "vllm" not in run.lower(),
+        "tinker": "--extra tinker" not in run,
+        "node": not any(word in text.lower() for word in ("nodejs", "npm", "node:")),
+    }
+
+
+def _expected_row(name: str) -> tuple[str, str]:
+    from rollout.runs.presets import load_preset
+
+    config = load_preset(name)
+    lacks = _image_lacks()
+    missing = []
+    if config.backend == "vllm" and lacks["vllm"]:
+        missing.append("vLLM's environment (`rollout setup vllm`)")
+    if "tinker" in (config.backend, config.provider) and lacks["tinker"]:
+        missing.append("the `tinker` extra (`uv sync --extra tinker`)")
+    if missing:
+        return "no", ", ".join(missing)
+    if config.device.startswith("cuda"):
+        return "built with `TORCH_INDEX` (CUDA PyTorch)", "nothing"
+    return "yes", "nothing"
+
+
+def test_deploy_md_lists_what_each_preset_needs_that_the_image_lacks() -> None:
+    from rollout.runs.presets import presets_dir
+
+    page = (ROOT / "docs" / "deploy.md").read_text()
+    section = page.split("\n## What the image runs\n", 1)[1].split("\n## ", 1)[0]
+    rows = {
+        name: (runs.strip(), missing.strip())
+        for name, runs, missing in re.findall(
+            r"^\| `([\w-]+)` \|([^|]+)\|([^|]+)\|$", section, re.M
+        )
+    }
+    names = sorted(path.stem for path in presets_dir().glob("*.yaml"))
+    assert sorted(rows) == names, "one row per built-in preset"
+    assert rows == {name: _expected_row(name) for name in names}
+    assert _image_lacks()["node"] == ("no Node.js" in " ".join(section.split()))
+    assert "the same image" not in page

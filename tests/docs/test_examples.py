@@ -5,8 +5,9 @@
   `RUN` and `EPISODE` replaced by a run and an episode this test creates. Long-running commands
   (`train`, `up`, `playground`, `gateway`, `sandboxes serve`) are exercised by their own
   end-to-end tests and are only checked to parse here (`--help`).
-- A block preceded by `<!-- no-test -->` is skipped (used only for programs that cannot run
-  here, such as Claude Code or Codex).
+- A block preceded by `<!-- no-test: REASON -->` is skipped (a cluster, CI itself, an
+  interactive agent CLI, or another test runs it); `tests/docs/test_site.py` checks that every
+  other block is run or validated, and that every skip gives its reason.
 
 docs/rolloutlib.md and packages/rolloutlib/README.md are run by rolloutlib's own tests, and the
 python blocks of docs/gateway.md by tests/gateway/test_docs_gateway.py (against their own
@@ -25,23 +26,14 @@ from pathlib import Path
 import pytest
 
 from tests.cli_helpers import rollout
+from tests.docs.blocks import PAGES as ALL_PAGES
+from tests.docs.blocks import ROOT, blocks
 
-ROOT = Path(__file__).resolve().parents[2]
-PAGES = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))]
-PAGES = [p for p in PAGES if p.name != "rolloutlib.md"]
+PAGES = [p for p in ALL_PAGES if p.name != "rolloutlib.md"]
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
 LONG_RUNNING = {"train", "up", "playground", "gateway", "inference", "trainer", "runner", "bridge"}
-LONG_RUNNING |= {"monitor"}
+LONG_RUNNING |= {"monitor", "evaluator"}
 LONG_RUNNING_SUBCOMMANDS = [["sandboxes", "serve"]]
-FENCE = re.compile(r"(<!-- no-test -->\s*)?```(\w+)\n(.*?)```", re.DOTALL)
-
-
-def blocks(page: Path, language: str) -> list[str]:
-    return [
-        body
-        for skip, lang, body in FENCE.findall(page.read_text())
-        if lang == language and not skip
-    ]
 
 
 def test_there_are_examples() -> None:

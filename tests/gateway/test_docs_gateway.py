@@ -5,21 +5,17 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
 
+from tests.docs.blocks import blocks as page_blocks
+
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "gateway.md"
-FENCE = re.compile(r"(<!-- no-test -->\s*)?```(\w+)\n(.*?)```", re.DOTALL)
 
 
 def python_blocks() -> list[str]:
-    return [
-        body
-        for skip, lang, body in FENCE.findall(PAGE.read_text())
-        if lang == "python" and not skip
-    ]
+    return page_blocks(PAGE, "python")
 
 
 def test_gateway_page_examples_run(

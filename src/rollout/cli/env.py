@@ -14,12 +14,13 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Annotated, Any
 
 import typer
 
 from rollout.cli.common import JsonFlag, ModelOption, console, print_json, run_async
+from rollout.contracts import Message, ToolSpec
 
 env_app = typer.Typer(help="Check environments.", no_args_is_help=True)
 
@@ -29,16 +30,27 @@ def env_check(
     spec: Annotated[str, typer.Argument(help="The environment, as MODULE:ATTR.")],
     model: ModelOption = "scripted",
     seed: Annotated[int, typer.Option(help="The episode's seed.")] = 0,
+    preset: Annotated[
+        str,
+        typer.Option(
+            help="The preset you will train with (name or YAML file): one line says when its "
+            "model cannot read the environment's text."
+        ),
+    ] = "cpu-tiny",
     as_json: JsonFlag = False,
 ) -> None:
     """Play one episode per agent against the model and report contract problems by name.
 
     With the scripted model, an environment's demonstration is played and must earn each agent
-    a reward (exit 2 and one line per agent otherwise); contract problems exit 1.
+    a reward (exit 2 and one line per agent otherwise); contract problems exit 1. When the
+    preset's model (cpu-tiny, `rollout train`'s default) cannot read the text the environment
+    shows the model, one line names the characters lost and the preset to use.
     """
     from rollout.harness.loading import load_environment
+    from rollout.runs.presets import load_preset
 
     environment = load_environment(spec)  # first: a broken environment fails fast, before torch
+    config = load_preset(preset)
 
     from rich.markup import escape
 
@@ -46,13 +58,23 @@ def env_check(
     from rollout.inference.direct import DirectModel
     from rollout.inference.factory import load_model
     from rollout.inference.scripted import ScriptedBackend, environment_backend
+    from rollout.launch.readable import readability_note
+
+    seen: list[Message] = []  # what the environment shows the model, for readability_note
 
     async def go() -> Any:
         renderer, backend = load_model(model)
         shown = environment.demonstration is not None and isinstance(backend, ScriptedBackend)
         backend = environment_backend(backend, environment)
+        direct = DirectModel(renderer, backend).complete
+
+        async def complete(
+            messages: Sequence[Message], tools: Sequence[ToolSpec], sampling: Mapping[str, Any]
+        ) -> Message:
+            seen.extend(message for message in messages if message not in seen)
+            return await direct(messages, tools, sampling)
+
         try:
-            complete = DirectModel(renderer, backend).complete
             if not environment.needs_gateway:
                 return await check_environment(
                     environment, complete, seed=seed, demonstration=shown
@@ -67,13 +89,16 @@ def env_check(
             await backend.close()
 
     report = run_async(go())
+    note = readability_note(environment, config, seen)
     if as_json:
-        print_json(report.as_json())
+        print_json({**report.as_json(), "readability": note})
     else:
         console.print(
             f"[bold]{spec}[/]: {environment.name} v{environment.version}, "
             f"{environment.agents} agent(s), group size {environment.group_size}"
         )
+        if note is not None:
+            console.print(note, style="yellow", markup=False, highlight=False, soft_wrap=True)
         console.print(f"parameters: {report.parameters}")
         if report.episode_id:
             console.print(

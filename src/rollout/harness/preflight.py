@@ -57,9 +57,17 @@ def _connection_failed(error: BaseException) -> bool:
     return False
 
 
-async def preflight(environment: Environment, seed: int = 0, seconds: float = 10.0) -> str | None:
+async def preflight(
+    environment: Environment,
+    seed: int = 0,
+    seconds: float = 10.0,
+    seen: list[Message] | None = None,
+) -> str | None:
     """Play one seat of `environment` against `PREFLIGHT_REPLY`: the first line of the task's
     error (its constructor, `start()` or `respond()`), or None if it played.
+
+    `seen`, when given, receives the conversation of each model call (the system prompt and
+    the task's observations): the text the run's model will have to read.
 
     Raises nothing: problems it cannot judge are None (see the module docstring).
     """
@@ -67,6 +75,8 @@ async def preflight(environment: Environment, seed: int = 0, seconds: float = 10
     async def reply(
         messages: Sequence[Message], tools: Sequence[ToolSpec], sampling: Mapping[str, Any]
     ) -> Message:
+        if seen is not None:
+            seen.extend(m for m in messages if m not in seen)
         if sum(m.role == "assistant" for m in messages) >= PREFLIGHT_TURNS:
             raise _Enough
         return Message(role="assistant", content=PREFLIGHT_REPLY)

@@ -4,7 +4,9 @@ The steps, each in a module of its own:
 
 1. the environment is loaded (`rollout.harness.loading`) and the configuration worked out
    (`new_run.training_config`): a broken environment or preset fails before anything starts;
-2. the model folder is found or built (`model_folder.resolve_model`);
+2. the model folder is found or built (`model_folder.resolve_model`), and one line each says
+   when the model cannot read the environment's text (`readable.readability_note`, naming the
+   preset to use) or the preset's format warm-up has nothing to draw from (`warmup_note`);
 3. one ledger connection is opened for the whole command (migrations run once, here) and the
    run is created (`new_run.create_run`);
 4. unless `--create-only` or `--cluster`, `rollout up --run RUN --until-finished` starts the
@@ -42,6 +44,7 @@ from typing import Any
 from rich.console import Console
 
 from rollout.blobs import BlobStore
+from rollout.contracts import Message
 from rollout.errors import RolloutError
 from rollout.harness import Environment
 from rollout.harness.loading import load_environment
@@ -53,6 +56,7 @@ from rollout.launch.new_run import create_run, run_name, training_config
 from rollout.launch.owner import owned_env
 from rollout.launch.presets import stored_preset
 from rollout.launch.progress import TrainingProgress, watch_training
+from rollout.launch.readable import readability_note
 from rollout.launch.summary import print_summary, summarize
 from rollout.ledger import COMMAND_WAIT_S, Ledger, RunRecord, ledger_url
 from rollout.runs import live
@@ -172,7 +176,8 @@ def train_command(
             create_only = True
         began = time.time()
         environment = load_environment(spec)
-        problem = asyncio.run(preflight(environment))
+        seen: list[Message] = []  # the text the model reads, for readability_note
+        problem = asyncio.run(preflight(environment, seen=seen))
         if problem is not None:  # a broken task fails in seconds, not after the model's warm-up
             raise RolloutError(
                 f"{spec}: {problem} (`uv run rollout env check {spec}` shows the traceback)"
@@ -183,6 +188,10 @@ def train_command(
         base = stored_preset(preset, cluster_url)
         config = training_config(base or preset, overrides, steps=steps, max_lag=max_lag)
         model_path = resolve_model(config, model)
+        notes = [
+            readability_note(environment, config, seen, model_path),
+            warmup_note(environment, config),
+        ]
         return asyncio.run(
             _train(
                 spec,
@@ -194,7 +203,7 @@ def train_command(
                 console=console,
                 began=began,
                 launcher=launcher,
-                note=warmup_note(environment, config),
+                notes=[note for note in notes if note is not None],
             )
         )
 
@@ -210,7 +219,7 @@ async def _train(
     console: Console,
     began: float,
     launcher: str = "local",
-    note: str | None = None,
+    notes: tuple[str, ...] | list[str] = (),
 ) -> dict[str, Any]:
     # The cluster's ledger, or this machine's (which may start the embedded Postgres).
     url = cluster_url or await asyncio.to_thread(ledger_url)
@@ -220,8 +229,8 @@ async def _train(
             f"run [bold]{run.name}[/] ({run.run_id}): {spec}, preset {config.name}, "
             f"{config.steps} steps, max_lag {config.max_lag}, model {model_path}"
         )
-        if note is not None:
-            console.print(note, style="yellow", highlight=False, soft_wrap=True)
+        for note in notes:  # before any step: what the run will not do as the user expects
+            console.print(note, style="yellow", highlight=False, soft_wrap=True, markup=False)
         if create_only:
             who = (
                 "the cluster's roles"
