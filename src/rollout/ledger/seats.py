@@ -28,10 +28,15 @@ from rollout.ledger.records import (
 )
 from rollout.ledger.turn_writer import BatchWriter, Outcome
 
-INSERT_EPISODE: LiteralString = """
+# A batch of episodes in one statement (one round trip, one firing of the `episodes` wake-up
+# trigger), in the order given.
+INSERT_EPISODES: LiteralString = """
 INSERT INTO episodes (episode_id, run_id, kind, group_index, member, parameters, seed, agents)
-VALUES (%(episode_id)s, %(run_id)s, %(kind)s, %(group_index)s, %(member)s, %(parameters)s,
-        %(seed)s, %(agents)s)
+SELECT v.episode_id, %(run_id)s, v.kind, v.group_index, v.member, v.parameters, v.seed, v.agents
+FROM unnest(%(episode_id)s::text[], %(kind)s::text[], %(group_index)s::int4[],
+            %(member)s::int4[], %(parameters)s::jsonb[], %(seed)s::int8[], %(agents)s::int4[])
+     WITH ORDINALITY AS v(episode_id, kind, group_index, member, parameters, seed, agents, ord)
+ORDER BY v.ord
 ON CONFLICT DO NOTHING
 """
 # Seats for the episodes just inserted (and any missing), in episode order.
@@ -215,9 +220,11 @@ class SeatsMixin(LedgerConnection):
         if not rows:
             return []
         ids = [row["episode_id"] for row in rows]
+        columns = ("episode_id", "kind", "group_index", "member", "parameters", "seed", "agents")
+        params = {"run_id": run_id, **{c: [row[c] for row in rows] for c in columns}}
         async with self._pool.connection() as conn, conn.transaction():
             with known_run(run_id):
-                await conn.cursor().executemany(INSERT_EPISODE, rows)
+                await conn.execute(INSERT_EPISODES, params)
             await conn.execute(INSERT_SEATS, {"episode_ids": ids})
         return ids
 
