@@ -32,7 +32,8 @@ seed (its sampling generator is seeded), so a seed always takes the same number 
 platform seeds the prompts (`seed`) but not the sampling (the runner's requests carry no
 sampling seed, so the inference server draws one per request), and how stale each turn's
 weights are (0 or 1 step under max_lag 1) depends on timing. A platform seed is therefore a
-draw from a distribution of runs, not one run: rerunning one seed gives other step counts.
+draw from a distribution of runs, not one run: rerunning one seed need not give the same step
+count (read from the code; not measured here).
 """
 
 from __future__ import annotations

@@ -290,8 +290,8 @@ def resolve(
 def settle_all(finished: list[tuple[Request, Completion]]) -> None:
     """Answer the requests that finished at one step, from the worker thread: one wake-up of
     each caller's event loop for all of them (a wake-up is a write to the loop's self-pipe and a
-    pass of its selector; one per completion cost the inference server about a seventh of its
-    time with 64 one-turn episodes in flight)."""
+    pass of its selector; with one per completion, the self-pipe writes were 14% of a py-spy
+    profile's samples of the inference server, 64 one-turn episodes in flight)."""
     by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Request, Completion]]] = {}
     for request, completion in finished:
         by_loop.setdefault(request.loop, []).append((request, completion))
