@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 
 from rollout.gateway.admission import LagGate
-from rollout.ledger import CheckpointRecord, Ledger
+from rollout.gateway.keys import KeyResolver
+from rollout.ledger import CheckpointRecord, EpisodeSpec, Ledger
 from rollout.ledger.leases import trainer_lease
 
 
@@ -84,3 +85,55 @@ async def test_a_burst_of_turns_shares_one_read(ledger: Ledger) -> None:
     gate._read = counting_read  # type: ignore[method-assign]
     await asyncio.gather(*(gate.admit() for _ in range(50)))
     assert 1 <= reads <= 3
+
+
+async def test_a_lag_view_read_with_the_key_admits_without_a_read_of_its_own(
+    ledger: Ledger,
+) -> None:
+    run = await ledger.create_run("lag-key", "parity.environment:environment", {})
+    await ledger.set_setting(run.run_id, "max_lag", 1)
+    await publish(ledger, run.run_id, 0)
+    await ledger.ack_serving(run.run_id, "server-a", 0)
+    await ledger.add_episodes(run.run_id, [EpisodeSpec(0, 0, {}, seed=0)])
+    claim = await ledger.claim_seat("runner-a", run_id=run.run_id)
+    assert claim is not None
+    gate = LagGate(ledger, run.run_id)
+    reads = 0
+    original = gate._read
+
+    async def counting_read():
+        nonlocal reads
+        reads += 1
+        return await original()
+
+    gate._read = counting_read  # type: ignore[method-assign]
+    info = await ledger.resolve_key(claim.api_key)
+    assert info is not None and info.lag is not None
+    assert (info.lag.newest, info.lag.serving, info.lag.max_lag) == (0, 0, 1)
+    assert (await gate.admit(timeout=5, read=info.lag)).serving == 0
+    assert reads == 0
+
+    # A view that does not admit is not the last word: the gate waits on the ledger as before.
+    await publish(ledger, run.run_id, 1)
+    await publish(ledger, run.run_id, 2)
+    info = await ledger.resolve_key(claim.api_key)
+    assert info is not None and info.lag is not None and info.lag.newest == 2
+    waiting = asyncio.create_task(gate.admit(timeout=10, read=info.lag))
+    await asyncio.sleep(0.3)
+    assert not waiting.done()
+    await ledger.ack_serving(run.run_id, "server-a", 1)
+    assert (await asyncio.wait_for(waiting, 5)).serving == 1
+    assert reads >= 1
+
+
+async def test_a_cached_key_brings_no_lag_view(ledger: Ledger) -> None:
+    """Only a key resolved for this turn carries a lag view: a cached one is older than it."""
+    run = await ledger.create_run("lag-cache", "parity.environment:environment", {})
+    await ledger.add_episodes(run.run_id, [EpisodeSpec(0, 0, {}, seed=0)])
+    claim = await ledger.claim_seat("runner-a", run_id=run.run_id)
+    assert claim is not None
+    keys = KeyResolver(ledger, ttl=60.0)
+    first = await keys.resolve([claim.api_key])
+    assert first.lag is not None and first.lag.newest is None and first.lag.serving is None
+    again = await keys.resolve([claim.api_key])
+    assert again == first and again.lag is None

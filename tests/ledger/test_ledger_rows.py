@@ -112,4 +112,5 @@ async def test_every_record_reads_back_field_by_field(ledger: Ledger) -> None:
     assert (serving.run_id, serving.version, serving.uris) == (rid, 6, {"local": "blobs/v6-local"})
     await ledger.ack_serving(rid, "server-2", 5)
     await ledger.set_setting(rid, "max_lag", 3)
-    assert await ledger.lag_view(rid) == (6, 5, 3)
+    view = await ledger.lag_view(rid)
+    assert (view.newest, view.serving, view.max_lag) == (6, 5, 3)

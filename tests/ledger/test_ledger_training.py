@@ -91,6 +91,10 @@ async def test_complete_groups_returns_only_fully_ended_unconsumed_groups(
     await _play(ledger, rid)
     assert [g.group_index for g in await ledger.complete_groups(rid, 10)] == [1, 2]
     assert [g.group_index for g in await ledger.complete_groups(rid, 1)] == [1]
+    # A trainer waiting for a whole step's groups gets none until that many are complete.
+    assert await ledger.complete_groups(rid, 3, only_if_full=True) == []
+    full = await ledger.complete_groups(rid, 2, only_if_full=True)
+    assert [g.group_index for g in full] == [1, 2] and all(g.episodes for g in full)
 
 
 async def test_record_train_step_records_step_checkpoint_and_is_idempotent(

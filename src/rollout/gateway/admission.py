@@ -9,7 +9,9 @@ waits (woken by serving notifications) until the servers catch up.
 The decision is always made on ledger state read *after* the turn arrived, so a checkpoint
 recorded before a turn began can never be missed. Concurrent turns share one read: each turn
 waits for the first refresh that started after it arrived, so a burst of turns costs a single
-round of queries. Completions report the version that sampled them, and servers only move
+round of queries, and a turn whose key was just resolved brings the lag view read with it
+(`KeyInfo.lag`, read in the key's own statement), so a new seat's first turn is admitted with
+no query of its own. Completions report the version that sampled them, and servers only move
 forward after acknowledging, so an admitted turn never samples beyond the lag.
 """
 
@@ -19,7 +21,7 @@ import asyncio
 import time
 from dataclasses import dataclass
 
-from rollout.ledger import Ledger
+from rollout.ledger import LagView, Ledger
 from rollout.runs.live import DEFAULT_MAX_LAG, parse_max_lag
 
 
@@ -48,19 +50,21 @@ class LagGate:
         self._refresh_began: float | None = None
         """When the in-flight read began; None while it is scheduled but not yet running."""
 
-    async def _read(self) -> LagState:
-        began = time.time()
-        self._refresh_began = began
-        newest, serving, max_lag = await self.ledger.lag_view(self.run_id)
+    def _state_of(self, view: LagView) -> LagState:
+        """`view` as the gate's state (kept when it is the newest read so far)."""
         state = LagState(
-            newest=newest if newest is not None else 0,
-            serving=serving,
-            max_lag=self.default_max_lag if max_lag is None else parse_max_lag(max_lag),
-            read_at=began,
+            newest=view.newest if view.newest is not None else 0,
+            serving=view.serving,
+            max_lag=self.default_max_lag if view.max_lag is None else parse_max_lag(view.max_lag),
+            read_at=view.read_at,
         )
         if self._state is None or state.read_at >= self._state.read_at:
             self._state = state
         return state
+
+    async def _read(self) -> LagState:
+        self._refresh_began = time.time()
+        return self._state_of(await self.ledger.lag_view(self.run_id))
 
     async def state_after(self, moment: float) -> LagState:
         """Ledger state read by a query that began at or after `moment`."""
@@ -78,10 +82,24 @@ class LagGate:
             assert self._refresh is not None
             await asyncio.shield(self._refresh)
 
-    async def admit(self, timeout: float | None = None) -> LagState:  # noqa: ASYNC109
-        """Wait until this run's served version is within max_lag of the newest checkpoint."""
+    async def admit(
+        self,
+        timeout: float | None = None,  # noqa: ASYNC109
+        *,
+        read: LagView | None = None,
+    ) -> LagState:
+        """Wait until this run's served version is within max_lag of the newest checkpoint.
+
+        Args:
+            timeout: seconds to wait at most (None: no limit); TimeoutError after that.
+            read: this run's lag view, read after the turn arrived (the one that came with the
+                turn's key, `KeyInfo.lag`): it decides at once, with no read of the gate's own.
+        """
         arrived = time.time()
         moment = arrived
+        if read is not None:
+            moment = min(moment, read.read_at)
+            self._state_of(read)
         while True:
             state = await self.state_after(moment)
             if state.admits:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Protocol
 
 from rollout.gateway.errors import GatewayError
@@ -75,8 +76,8 @@ class KeyResolver:
             except LedgerError:
                 info = None
             if info is not None:
-                if self._ttl > 0:
-                    self._cache[key] = (now + self._ttl, info)
+                if self._ttl > 0:  # cached without its lag view: that is only fresh now
+                    self._cache[key] = (now + self._ttl, replace(info, lag=None))
                     self._cache.move_to_end(key)
                     while len(self._cache) > self._max:
                         self._cache.popitem(last=False)

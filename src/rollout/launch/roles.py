@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from rollout.blobs import BlobStore
-from rollout.ledger import Ledger
+from rollout.ledger import KeyInfo, Ledger
 from rollout.runs import live
 from rollout.runs.spec import RunSpec
 from rollout.settings import get_settings
@@ -138,8 +138,9 @@ async def gateway(stop: asyncio.Event, *, run: str, host: str, port: int) -> Non
         renderer = HFRenderer(Path(spec.model))
         gate = LagGate(ledger, record.run_id, default_max_lag=settings.max_lag)
 
-        async def admission(_key: object) -> None:
-            await gate.admit()
+        async def admission(key: KeyInfo) -> None:
+            # A key just resolved brings its run's lag view, read for this turn: no second read.
+            await gate.admit(read=key.lag if key.run_id == record.run_id else None)
 
         server = await serve_gateway(
             ledger,

@@ -12,7 +12,7 @@ database stamps it.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from rollout.contracts import Turn
@@ -62,11 +62,32 @@ class SeatClaim:
 
 
 @dataclass(frozen=True)
+class LagView:
+    """What max_lag admission reads (`Ledger.lag_view`): the newest checkpoint version, the
+    lowest version the run's servers acknowledge serving, the run's `max_lag` setting (None
+    where absent), and when the read began (`time.time()`)."""
+
+    newest: int | None
+    serving: int | None
+    max_lag: Any
+    read_at: float
+
+
+@dataclass(frozen=True)
 class KeyInfo:
+    """The seat attempt an API key was issued for.
+
+    `lag` is the key's run's `LagView`, read in the same round trip as the key
+    (`Ledger.resolve_key`), so that the gateway admits a new seat's first turn without a read of
+    its own; None where it was not read with the key (a cached key). It takes no part in
+    equality.
+    """
+
     run_id: str
     episode_id: str
     agent: int
     attempt: int
+    lag: LagView | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ write of an older attempt is refused with `StaleFence`. The first end of a seat 
 from __future__ import annotations
 
 import secrets
+import time
 from collections.abc import Sequence
 from typing import Any, LiteralString
 
@@ -24,14 +25,21 @@ from rollout.ledger.records import (
     SEAT_STATUSES,
     EpisodeSpec,
     KeyInfo,
+    LagView,
     SeatClaim,
 )
+from rollout.ledger.serving import lag_columns
 from rollout.ledger.turn_writer import BatchWriter, Outcome
 
-INSERT_EPISODE: LiteralString = """
+# A batch of episodes in one statement (one round trip, one firing of the `episodes` wake-up
+# trigger), in the order given.
+INSERT_EPISODES: LiteralString = """
 INSERT INTO episodes (episode_id, run_id, kind, group_index, member, parameters, seed, agents)
-VALUES (%(episode_id)s, %(run_id)s, %(kind)s, %(group_index)s, %(member)s, %(parameters)s,
-        %(seed)s, %(agents)s)
+SELECT v.episode_id, %(run_id)s, v.kind, v.group_index, v.member, v.parameters, v.seed, v.agents
+FROM unnest(%(episode_id)s::text[], %(kind)s::text[], %(group_index)s::int4[],
+            %(member)s::int4[], %(parameters)s::jsonb[], %(seed)s::int8[], %(agents)s::int4[])
+     WITH ORDINALITY AS v(episode_id, kind, group_index, member, parameters, seed, agents, ord)
+ORDER BY v.ord
 ON CONFLICT DO NOTHING
 """
 # Seats for the episodes just inserted (and any missing), in episode order.
@@ -89,13 +97,19 @@ SEAT: LiteralString = (
 )
 SEAT_FOR_UPDATE: LiteralString = SEAT + " FOR UPDATE"
 # A key of the seat's current attempt works while the seat is open and its claim unexpired; a
-# superseded attempt's key still resolves, so its writes fail with StaleFence (a 409).
-KEY: LiteralString = """
-SELECT c.run_id, c.episode_id, c.agent, c.attempt FROM seat_claims c
+# superseded attempt's key still resolves, so its writes fail with StaleFence (a 409). The key's
+# run's lag view comes with it: the gateway admits the turn on it without another round trip.
+KEY: LiteralString = (
+    """
+SELECT c.run_id, c.episode_id, c.agent, c.attempt, """
+    + lag_columns("c.run_id")
+    + """
+FROM seat_claims c
 JOIN seats s ON s.episode_id = c.episode_id AND s.agent = c.agent
 WHERE c.api_key = %(api_key)s
   AND (s.attempt <> c.attempt OR (NOT s.done AND (s.expires_at IS NULL OR s.expires_at > now())))
 """
+)
 # Ends of a batch of seats in one statement (one commit): each fenced by its attempt (the seat
 # row locked FOR UPDATE, as a claim would), the first end of a seat wins, the seat is marked
 # done and `groups` notified once per run with a train seat ended; one answer row per end.
@@ -193,7 +207,9 @@ class SeatsMixin(LedgerConnection):
 
     def __init__(self, pool: Pool, url: str) -> None:
         super().__init__(pool, url)
-        self._end_writer = BatchWriter[dict[str, Any]](self._write_ends)
+        # One batch in flight: ends that arrive while it is written go together in the next one
+        # (with 64 seats in flight, ends came two at a time with four batches in flight).
+        self._end_writer = BatchWriter[dict[str, Any]](self._write_ends, max_in_flight=1)
 
     async def close(self) -> None:
         await self._end_writer.close()  # the ends being written first, then the pool
@@ -215,9 +231,11 @@ class SeatsMixin(LedgerConnection):
         if not rows:
             return []
         ids = [row["episode_id"] for row in rows]
+        columns = ("episode_id", "kind", "group_index", "member", "parameters", "seed", "agents")
+        params = {"run_id": run_id, **{c: [row[c] for row in rows] for c in columns}}
         async with self._pool.connection() as conn, conn.transaction():
             with known_run(run_id):
-                await conn.cursor().executemany(INSERT_EPISODE, rows)
+                await conn.execute(INSERT_EPISODES, params)
             await conn.execute(INSERT_SEATS, {"episode_ids": ids})
         return ids
 
@@ -297,13 +315,19 @@ class SeatsMixin(LedgerConnection):
 
     async def resolve_key(self, api_key: str) -> KeyInfo | None:
         """The seat attempt an API key was issued for, or None for an unknown key, or the key
-        of a seat that has ended or whose claim has expired.
+        of a seat that has ended or whose claim has expired. Its `lag` is the key's run's
+        `lag_view`, read in the same statement.
 
         The key of a superseded attempt still resolves (to its own attempt); its writes are
         refused with StaleFence.
         """
+        read_at = time.time()
         async with self._pool.connection() as conn:
-            return await fetch_one(conn, class_row(KeyInfo), KEY, {"api_key": api_key})
+            row = await fetch_one(conn, dict_row, KEY, {"api_key": api_key})
+        if row is None:
+            return None
+        lag = LagView(row["newest"], row["serving"], row["max_lag"], read_at)
+        return KeyInfo(row["run_id"], row["episode_id"], row["agent"], row["attempt"], lag=lag)
 
     async def end_seat(
         self,

@@ -9,14 +9,15 @@ trip (`lag_view`).
 
 from __future__ import annotations
 
-from typing import Any, LiteralString
+import time
+from typing import LiteralString
 
 from psycopg.rows import class_row, dict_row
 
 from rollout.ledger.connection import LedgerConnection, fetch_all, fetch_one
 from rollout.ledger.inputs import jsonb, known_run, not_empty
 from rollout.ledger.leases import check_fence
-from rollout.ledger.records import Lease, ServingRecord
+from rollout.ledger.records import LagView, Lease, ServingRecord
 
 INSERT_CONVERSION: LiteralString = """
 INSERT INTO conversions (run_id, version, backend, uri)
@@ -51,12 +52,21 @@ RETURNING true AS inserted
 SERVING_ACKS: LiteralString = (
     "SELECT server, version FROM current_serving_acks WHERE run_id = %(run_id)s ORDER BY server"
 )
-LAG_VIEW: LiteralString = """
-SELECT (SELECT max(version) FROM checkpoints WHERE run_id = %(run_id)s) AS newest,
-       (SELECT min(version) FROM current_serving_acks WHERE run_id = %(run_id)s) AS serving,
-       (SELECT value FROM current_settings WHERE run_id = %(run_id)s AND key = 'max_lag')
-           AS max_lag
-"""
+
+
+def lag_columns(run: LiteralString) -> LiteralString:
+    """The lag view's columns (newest, serving, max_lag) for the run whose id is the SQL
+    expression `run`: one fragment, read by `LAG_VIEW` for a run given as a parameter and by
+    `seats.KEY` for the run of the key it resolves."""
+    return (
+        "(SELECT max(version) FROM checkpoints WHERE run_id = " + run + ") AS newest,"
+        " (SELECT min(version) FROM current_serving_acks WHERE run_id = " + run + ") AS serving,"
+        " (SELECT value FROM current_settings WHERE run_id = " + run + " AND key = 'max_lag')"
+        " AS max_lag"
+    )
+
+
+LAG_VIEW: LiteralString = "SELECT " + lag_columns("%(run_id)s")
 
 
 class ServingMixin(LedgerConnection):
@@ -112,10 +122,11 @@ class ServingMixin(LedgerConnection):
             rows = await fetch_all(conn, dict_row, SERVING_ACKS, {"run_id": run_id})
         return {row["server"]: row["version"] for row in rows}
 
-    async def lag_view(self, run_id: str) -> tuple[int | None, int | None, Any]:
+    async def lag_view(self, run_id: str) -> LagView:
         """In one round trip: the newest checkpoint version, the lowest version the run's
         servers acknowledge serving, and the run's `max_lag` setting (None where absent)."""
+        read_at = time.time()
         async with self._pool.connection() as conn:
             row = await fetch_one(conn, dict_row, LAG_VIEW, {"run_id": run_id})
         assert row is not None  # a SELECT without FROM has one row
-        return row["newest"], row["serving"], row["max_lag"]
+        return LagView(row["newest"], row["serving"], row["max_lag"], read_at)

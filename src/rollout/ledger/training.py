@@ -146,12 +146,21 @@ async def insert_checkpoint(conn: Conn, lease: Lease, checkpoint: CheckpointReco
 class TrainingMixin(LedgerConnection):
     """Complete groups, train steps and checkpoints (see the module docstring)."""
 
-    async def complete_groups(self, run_id: str, limit: int) -> list[GroupRecord]:
+    async def complete_groups(
+        self, run_id: str, limit: int, *, only_if_full: bool = False
+    ) -> list[GroupRecord]:
         """Complete 'train' groups not yet consumed by a train step, oldest first.
 
         A group is complete when every episode of it has every seat ended (a failed seat counts
         as ended; the `group_status` view). Each episode carries the turns of each seat's
         winning attempt, by agent then index, and its ends.
+
+        Args:
+            run_id: The run.
+            limit: The most groups to return.
+            only_if_full: Return no group unless `limit` are complete: a trainer that waits
+                for a whole step's groups then reads no episode until it has them (reading
+                them at each wake-up cost a step as many reads as it has groups).
         """
         if limit <= 0:
             return []
@@ -159,7 +168,7 @@ class TrainingMixin(LedgerConnection):
             params = {"run_id": run_id, "limit": limit}
             rows = await fetch_all(conn, dict_row, TRAINABLE_GROUPS, params)
             groups = [row["group_index"] for row in rows]
-            if not groups:
+            if not groups or (only_if_full and len(groups) < limit):
                 return []
             params = {"run_id": run_id, "groups": groups}
             rows = await fetch_all(conn, dict_row, GROUP_EPISODE_IDS, params)

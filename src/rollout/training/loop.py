@@ -192,7 +192,9 @@ class Trainer:
             lease = await self._renew()
             await self._publish_serving(lease)
             await self._queue_groups(environment, config, group_size, version)
-            groups = await self.ledger.complete_groups(self.run_id, config.groups_per_step)
+            groups = await self.ledger.complete_groups(
+                self.run_id, config.groups_per_step, only_if_full=True
+            )
             if len(groups) < config.groups_per_step:
                 await self.ledger.wait(["groups", "conversions"], 1.0, run_id=self.run_id)
                 continue

@@ -162,13 +162,15 @@ class Decoder:
         """Choose each row's next token; finish the rows that are done and drop them."""
         chosen = self._choose(group.requests, logits)
         keep: list[int] = []
+        finished: list[tuple[Request, Completion]] = []
         for row, request in enumerate(group.requests):
             if request.future.cancelled():
                 continue  # nobody is waiting: stop spending compute on it
             if self._done(request, chosen[row]):
-                self._complete(request, version)
+                finished.append((request, self._complete(request, version)))
             else:
                 keep.append(row)
+        settle_all(finished)
         if len(keep) < len(group.requests):
             index = torch.tensor(keep, device=self.device, dtype=torch.long)
             group.cache.batch_select_indices(index)
@@ -190,7 +192,7 @@ class Decoder:
                 request.on_token(choice.tokens[row], choice.logprobs[row], top)
         return choice.tokens
 
-    def _complete(self, request: Request, version: int) -> None:
+    def _complete(self, request: Request, version: int) -> Completion:
         completion = Completion(
             tokens=tuple(request.tokens),
             logprobs=tuple(request.logprobs),
@@ -199,7 +201,7 @@ class Decoder:
             top_logprobs=tuple(request.top),
         )
         self.tokens_sampled += len(request.tokens)
-        resolve(request.loop, request.future, result=completion)
+        return completion
 
     def _merge(self, group: Group, fresh: Group) -> Group:
         """One group of both: caches and masks left-padded to one length, rows stacked."""
@@ -283,3 +285,22 @@ def resolve(
 
     with contextlib.suppress(RuntimeError):  # the caller's loop is gone; nobody is waiting
         loop.call_soon_threadsafe(settle)
+
+
+def settle_all(finished: list[tuple[Request, Completion]]) -> None:
+    """Answer the requests that finished at one step, from the worker thread: one wake-up of
+    each caller's event loop for all of them (a wake-up is a write to the loop's self-pipe and a
+    pass of its selector; with one per completion, the self-pipe writes were 14% of a py-spy
+    profile's samples of the inference server, 64 one-turn episodes in flight)."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Request, Completion]]] = {}
+    for request, completion in finished:
+        by_loop.setdefault(request.loop, []).append((request, completion))
+    for loop, answers in by_loop.items():
+
+        def settle(answers: list[tuple[Request, Completion]] = answers) -> None:
+            for request, completion in answers:
+                if not request.future.done():
+                    request.future.set_result(completion)
+
+        with contextlib.suppress(RuntimeError):  # the caller's loop is gone; nobody is waiting
+            loop.call_soon_threadsafe(settle)
