@@ -15,6 +15,12 @@ chat, which the others hear in their next `look`.
 `builder_script` is a scripted player that builds its spot: the environment's demonstration,
 which `rollout env check` plays with the scripted model (each bot must place its block: its
 reward, read from the world, is then above 0).
+
+`compact` is the same world and bots for a tiny model: each bot reads a one-line view and
+answers with one letter (`b` build, `w` wait, `d` dig, `s` say), which its bot carries out; the
+team's reward is the share of spots built. The `minecraft-cpu-tiny` preset trains it:
+
+    uv run rollout train minecraft_team.environment:compact --preset minecraft-cpu-tiny
 """
 
 from __future__ import annotations
@@ -170,6 +176,55 @@ class TeamBuild(Task):
             await self.server.close()
 
 
+ACTIONS = {"b": "build", "w": "wait", "d": "dig", "s": "say"}
+"""`compact`'s replies: one letter each (a tiny model's action vocabulary)."""
+
+
+class CompactBuild(TeamBuild):
+    """One bot of `compact`: a short view, one reply of one letter, one action in the world.
+
+    `b` walks next to the bot's spot and places cobblestone on it (the demonstration's two
+    tool calls), `d` digs the spot, `s` says hello in the chat, `w` does nothing; any other reply
+    does nothing either. The bots and the world are the full environment's; the reward is read
+    from the world the same way (`reward`: team, own or mixed).
+    """
+
+    async def start(self, run: RunContext) -> Observation:
+        await super().start(run)
+        x, y, z = spots(run.seed, run.agents)[run.agent]
+        return Observation(f"agent{run.agent} spot {x} {y} {z}. b w d s?")
+
+    async def respond(self, run: RunContext, reply: Message) -> Observation:
+        assert self.bot is not None
+        letter = reply.text.strip().lower()
+        action = ACTIONS.get(letter[:1]) if len(letter) == 1 else None
+        x, y, z = spots(run.seed, run.agents)[run.agent]
+        calls: list[tuple[str, dict[str, Any]]] = []
+        if action == "build":
+            place = {"x": x, "y": y, "z": z, "block": BLOCK}
+            calls = [("goto", {"x": x + 2, "y": y, "z": z}), ("place", place)]
+        elif action == "dig":
+            calls = [("goto", {"x": x + 2, "y": y, "z": z}), ("dig", {"x": x, "y": y, "z": z})]
+        elif action == "say":
+            calls = [("say", {"text": "hello"})]
+        for op, arguments in calls:
+            answer = await self.bot.act(op, **arguments)
+            self.actions.append({"tool": op, "arguments": arguments, "answer": answer})
+        return await self._end(run)
+
+
+def compact_example(rng: random.Random) -> tuple[list[Message], str]:
+    """A warm-up example for `compact`: a view of the right shape and a random letter."""
+    agent, x, z = rng.randrange(4), rng.randint(4, 18), rng.randint(4, 18)
+    view = f"agent{agent} spot {x} {GROUND + 1} {z}. b w d s?"
+    return [Message.user(view)], rng.choice(sorted(ACTIONS))
+
+
+def compact_script(prompt_text: str) -> str:
+    """`compact`'s demonstration: build."""
+    return "b"
+
+
 _SPOT = re.compile(r"Your spot: (-?\d+) (-?\d+) (-?\d+)")
 
 
@@ -201,5 +256,22 @@ environment = SandboxedEnvironment(
     pool=MinecraftPool(),
     sampling={"max_tokens": 200},
     demonstration=builder_script,
+    roles=["builder"] * 4,
+)
+
+compact = SandboxedEnvironment(
+    name="minecraft_team-compact",
+    task=CompactBuild,
+    # The team's reward: the share of the four spots built. A bot that builds raises its whole
+    # group's reward, so its group-relative advantage is positive on average (the others' moves
+    # are noise it learns through); `rollout train --preset minecraft-cpu-tiny` learns it.
+    parameters=[{"reward": "team"}],
+    agents=4,
+    group_size=4,
+    max_turns=2,
+    pool=MinecraftPool(),
+    sampling={"max_tokens": 3, "temperature": 1.0},
+    warmup=compact_example,
+    demonstration=compact_script,
     roles=["builder"] * 4,
 )

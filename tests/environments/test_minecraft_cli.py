@@ -2,10 +2,14 @@
 play the environment's demonstration (`builder_script`) with the scripted model: each places
 its block, which the reward reads from the world. (A demonstration that earns nothing failing
 with exit 2 and one line per agent is checked in process, in tests/cli/test_commands.py: a
-second Minecraft server here would cost CI a minute for the same code path.)"""
+second Minecraft server here would cost CI a minute for the same code path.)
+
+`rollout train minecraft_team.environment:compact --preset minecraft-cpu-tiny` trains two steps
+with the preset's four runners (learning itself: benchmarks/README.md)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -14,6 +18,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from rollout.ledger import Ledger
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = "minecraft_team.environment:environment"
@@ -49,3 +55,43 @@ def test_env_check_plays_the_demonstration_and_each_bot_places_its_block() -> No
     for seat in report["seats"]:
         assert seat["reward"] == 1.0 and seat["metrics"]["own_built"] == 1.0, seat
         assert seat["metrics"]["actions"] == 3.0
+
+
+@pytest.mark.timeout(1200)
+def test_minecraft_cpu_tiny_trains_the_compact_team_with_four_runners(
+    database_url: str, tmp_path: Path
+) -> None:
+    steps = 2
+    env = dict(os.environ, ROLLOUT_DATABASE_URL=database_url, ROLLOUT_STATE_DIR=str(tmp_path))
+    result = subprocess.run(
+        [
+            *(sys.executable, "-m", "rollout.cli", "train", "minecraft_team.environment:compact"),
+            *("--preset", "minecraft-cpu-tiny", "--steps", str(steps), "--json"),
+            # Two episodes a step (the pool's two servers at once): the wiring, not learning.
+            *("--set", "warmup_steps=2", "--set", "groups_per_step=1", "--set", "group_size=2"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=900,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads(result.stdout)
+    assert summary["status"] == "finished" and summary["steps"] == steps
+
+    async def ends() -> list[tuple[int, str, dict[str, float]]]:
+        ledger = await Ledger.connect(database_url, migrate=False)
+        try:
+            episodes = await ledger.list_episodes(str(summary["run_id"]), limit=100)
+            return [(e.agents, end.status, dict(end.metrics)) for e in episodes for end in e.ends]
+        finally:
+            await ledger.close()
+
+    seats = asyncio.run(ends())
+    # Each trained group: 2 episodes of 4 bots (the preset starts 4 runner processes).
+    assert len(seats) >= 2 * 4 * steps
+    assert all(agents == 4 and status == "completed" for agents, status, _ in seats), seats
+    # The team reward is the world's: each seat saw the four bots finish and read the spots.
+    assert all(m["team_finished"] == 4.0 for _, _, m in seats)

@@ -1,0 +1,118 @@
+"""The Minecraft team learns: `rollout train minecraft_team.environment:compact --preset
+minecraft-cpu-tiny`, one fresh state folder per seed.
+
+Four bots share one flying-squid world (a real server, four mineflayer bots per episode); each
+reads `agent1 spot 9 5 4. b w d s?` and answers with one letter: `b` builds its spot (its bot
+walks there and places cobblestone), `w` waits, `d` digs the spot, `s` says hello. The reward
+is the team's, read from the world: the share of the four spots with cobblestone. A uniformly
+random policy builds with probability 1/4 (team reward 0.25); a reply that is no letter builds
+nothing. The preset runs four runner processes, 2 groups of 4 episodes per step.
+
+For each seed the benchmark prints the mean team reward of the first and last `--window` steps
+with their standard errors, the steps and the wall time, and the load average.
+
+    uv run python benchmarks/minecraft_learning.py --seeds 3 --steps 20 --out /tmp/minecraft.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from rollout.ledger import stop_embedded
+
+SPEC = "minecraft_team.environment:compact"
+
+
+def _mean(values: list[float]) -> float:
+    return statistics.fmean(values) if values else float("nan")
+
+
+def _sem(values: list[float]) -> float:
+    return statistics.stdev(values) / len(values) ** 0.5 if len(values) > 1 else float("nan")
+
+
+def run_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
+    """One `rollout train` run in a fresh state folder; its per-step team rewards."""
+    state = Path(tempfile.mkdtemp(prefix=f"minecraft-bench-{seed}-"))
+    command = [
+        *(sys.executable, "-m", "rollout.cli", "train", SPEC, "--preset", "minecraft-cpu-tiny"),
+        *("--steps", str(args.steps), "--json", "--set", f"seed={seed}"),
+    ]
+    for override in args.overrides:
+        command += ["--set", override]
+    env = dict(os.environ, ROLLOUT_STATE_DIR=str(state))
+    env.pop("ROLLOUT_DATABASE_URL", None)
+    load = os.getloadavg()[0]
+    began = time.monotonic()
+    result = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+    seconds = time.monotonic() - began
+    load = max(load, os.getloadavg()[0])
+    if result.returncode != 0:
+        sys.exit(f"rollout train failed (seed {seed}):\n{result.stderr[-3000:]}")
+    summary = json.loads(result.stdout)
+    try:
+        rewards = asyncio.run(_step_rewards(state, summary["run_id"]))
+    finally:
+        stop_embedded(state)
+    w = args.window
+    return {
+        "seed": seed,
+        "steps": len(rewards),
+        "seconds": round(seconds, 1),
+        "load": round(load, 1),
+        "first_mean": _mean(rewards[:w]),
+        "first_sem": _sem(rewards[:w]),
+        "last_mean": _mean(rewards[-w:]),
+        "last_sem": _sem(rewards[-w:]),
+        "rewards": [round(r, 3) for r in rewards],
+        "command": " ".join(command[2:]),
+    }
+
+
+async def _step_rewards(state: Path, run_id: str) -> list[float]:
+    """Each RL step's mean reward (the team's), from the run's ledger."""
+    from rollout.ledger import Ledger
+
+    ledger = await Ledger.connect(state_dir=state)
+    try:
+        steps = await ledger.train_steps(run_id)
+    finally:
+        await ledger.close()
+    return [float(s.metrics["reward"]) for s in sorted(steps, key=lambda s: s.step) if s.step > 0]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--seed-offset", type=int, default=0)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--window", type=int, default=5)
+    parser.add_argument("--out", default=None, help="append each result as a JSON line here")
+    parser.add_argument("--set", action="append", default=[], dest="overrides")
+    args = parser.parse_args()
+    for seed in range(args.seed_offset, args.seed_offset + args.seeds):
+        run = run_seed(args, seed)
+        print(
+            f"RESULT seed {seed}: {run['steps']} steps in {run['seconds']:.0f} s (load "
+            f"{run['load']}); team reward first {args.window} {run['first_mean']:.3f} +- "
+            f"{run['first_sem']:.3f}, last {args.window} {run['last_mean']:.3f} +- "
+            f"{run['last_sem']:.3f} (chance 0.25)",
+            flush=True,
+        )
+        if args.out:
+            with open(args.out, "a") as f:
+                f.write(json.dumps({**run, "argv": sys.argv}) + "\n")
+
+
+if __name__ == "__main__":
+    main()
