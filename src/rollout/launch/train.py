@@ -49,7 +49,7 @@ from rollout.harness.preflight import preflight
 from rollout.launch.evaluator.role import wait_for_evals
 from rollout.launch.local import role_argv
 from rollout.launch.model_folder import resolve_model
-from rollout.launch.new_run import create_run, run_name, training_config
+from rollout.launch.new_run import create_run, resolve_policies, run_name, training_config
 from rollout.launch.owner import owned_env
 from rollout.launch.presets import stored_preset
 from rollout.launch.progress import TrainingProgress, watch_training
@@ -182,6 +182,7 @@ def train_command(
         # A preset stored in the ledger (`rollout preset load`) wins over the built-in one.
         base = stored_preset(preset, cluster_url)
         config = training_config(base or preset, overrides, steps=steps, max_lag=max_lag)
+        config = resolve_policies(config, environment)
         model_path = resolve_model(config, model)
         return asyncio.run(
             _train(
