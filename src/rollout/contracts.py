@@ -24,6 +24,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 Role = Literal["system", "user", "assistant", "tool"]
 StopReason = Literal["stop", "length", "tool_calls"]
+DEFAULT_POLICY = "main"
+"""The policy of a run that names none, and of every fact recorded before runs had policies
+(`rollout.runs.policies`)."""
 
 
 class ContentPart(BaseModel):
@@ -155,3 +158,5 @@ class Turn:
     temperature: float = 1.0
     request: dict[str, Any] = field(default_factory=dict)
     """What the client sent (protocol name, messages), for transcripts; never used for training."""
+    policy: str = DEFAULT_POLICY
+    """The policy whose `version` sampled the turn (`rollout.runs.policies`)."""

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rollout.contracts import Turn
+from rollout.contracts import DEFAULT_POLICY, Turn
 
 EPISODE_KINDS = ("train", "eval", "playground")
 SEAT_STATUSES = ("completed", "failed")
@@ -132,6 +132,8 @@ class GroupRecord:
     run_id: str
     group_index: int
     episodes: tuple[EpisodeRecord, ...]
+    policy: str = DEFAULT_POLICY
+    """The policy the group is complete and not yet trained for."""
 
 
 @dataclass(frozen=True)
@@ -143,6 +145,8 @@ class CheckpointRecord:
     kind: str  # 'full' | 'lora'
     created_at: float
     metadata: dict[str, Any]
+    policy: str = DEFAULT_POLICY
+    """The policy whose version chain the checkpoint is on."""
 
 
 @dataclass(frozen=True)
@@ -152,6 +156,7 @@ class TrainStepRecord:
     group_indices: tuple[int, ...]
     metrics: dict[str, float]
     created_at: float
+    policy: str = DEFAULT_POLICY
 
 
 @dataclass(frozen=True)
@@ -162,3 +167,4 @@ class ServingRecord:
     version: int
     uris: dict[str, str]  # backend name -> converted checkpoint location
     created_at: float
+    policy: str = DEFAULT_POLICY

@@ -34,12 +34,12 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from rollout.contracts import DEFAULT_POLICY
 from rollout.errors import describe
 from rollout.runs.errors import InvalidPolicies
 from rollout.runs.live import MaxLag
 
-DEFAULT_POLICY = "main"
-"""The policy of a run that names none (and of every fact recorded before policies existed)."""
+__all__ = ["DEFAULT_POLICY", "POLICY_NAME", "PolicyConfig", "PolicyMap", "check_policy_names"]
 POLICY_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,39}$")
 """A policy's name: lower case, digits, `_` and `-`, starting with a letter (it appears in blob
 keys and serving names)."""
