@@ -125,7 +125,8 @@ class Completion:
 
     `logprobs[i]` is the log probability of `tokens[i]` under the sampling distribution (after
     temperature). `top_logprobs[i]` maps the most likely token ids at position i to their
-    logprobs, when asked for. `version` is the checkpoint version that sampled it.
+    logprobs, when asked for. `version` is the checkpoint version that sampled it, a version of
+    policy `policy` (`rollout.runs.policies`).
     """
 
     tokens: tuple[int, ...]
@@ -133,6 +134,7 @@ class Completion:
     stop_reason: Literal["stop", "length"]
     version: int
     top_logprobs: tuple[dict[int, float], ...] = ()
+    policy: str = DEFAULT_POLICY
 
 
 @dataclass(frozen=True)

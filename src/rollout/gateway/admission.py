@@ -19,6 +19,7 @@ import asyncio
 import time
 from dataclasses import dataclass
 
+from rollout.contracts import DEFAULT_POLICY
 from rollout.ledger import Ledger
 from rollout.runs.live import DEFAULT_MAX_LAG, parse_max_lag
 
@@ -38,11 +39,21 @@ class LagState:
 
 class LagGate:
     def __init__(
-        self, ledger: Ledger, run_id: str, *, default_max_lag: int = DEFAULT_MAX_LAG
+        self,
+        ledger: Ledger,
+        run_id: str,
+        *,
+        default_max_lag: int = DEFAULT_MAX_LAG,
+        policy: str = DEFAULT_POLICY,
+        max_lag: int | None = None,
     ) -> None:
+        """A gate for one policy of the run (`policy`: its versions; `max_lag`: the policy's
+        own max_lag, which wins over the run's setting; None: the run's)."""
         self.ledger = ledger
         self.run_id = run_id
         self.default_max_lag = default_max_lag
+        self.policy = policy
+        self.policy_max_lag = max_lag
         self._state: LagState | None = None
         self._refresh: asyncio.Task[LagState] | None = None
         self._refresh_began: float | None = None
@@ -51,7 +62,9 @@ class LagGate:
     async def _read(self) -> LagState:
         began = time.time()
         self._refresh_began = began
-        newest, serving, max_lag = await self.ledger.lag_view(self.run_id)
+        newest, serving, max_lag = await self.ledger.lag_view(self.run_id, policy=self.policy)
+        if self.policy_max_lag is not None:
+            max_lag = self.policy_max_lag
         state = LagState(
             newest=newest if newest is not None else 0,
             serving=serving,

@@ -16,8 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from rollout.blobs import BlobStore
-from rollout.ledger import Ledger
+from rollout.contracts import DEFAULT_POLICY
+from rollout.ledger import KeyInfo, Ledger
 from rollout.runs import live
+from rollout.runs.policies import PolicyMap
 from rollout.runs.spec import RunSpec
 from rollout.settings import get_settings
 
@@ -69,27 +71,34 @@ async def inference(stop: asyncio.Event, *, run: str, host: str, port: int) -> N
         # Bound beyond loopback, every caller must send the run's shared secret.
         secret = None if is_loopback(host) else await internal_secret(ledger, record.run_id)
         work = _cache(record.run_id, "vllm")
-        backend, app, vllm_server = await _serving_backend(spec, work, secret)
+        backend, app, vllm_server, policies = await _serving_backend(spec, work, secret)
         server = AppServer(app, host=host, port=port)
         await server.start()
         await advertise(ledger, record.run_id, live.INFERENCE_URL, server.url)
         log.info("inference for %s at %s", record.run_id, server.url)
         ledger.set_process_status(f"serving at {server.url}")
-        follower = ServingFollower(
-            ledger,
-            backend,
-            run_id=record.run_id,
-            server_id=server.url,
-            blobs=BlobStore.from_url(),
-            # One copy per run and machine, shared with its evaluator (inference.weights_cache).
-            cache_dir=backend_folder(get_settings().cache_dir, record.run_id, spec.backend),
-            backend_name=spec.backend,
-        )
-        try:
-            await follower.run(stop)
+        followers = [
+            ServingFollower(
+                ledger,
+                policy_backend,
+                run_id=record.run_id,
+                server_id=server.url,
+                blobs=BlobStore.from_url(),
+                # One copy per run and machine, shared with its evaluator (weights_cache).
+                cache_dir=backend_folder(get_settings().cache_dir, record.run_id, spec.backend),
+                backend_name=spec.backend,
+                policy=name,
+            )
+            for name, policy_backend in (policies or {DEFAULT_POLICY: backend}).items()
+        ]
+        try:  # each policy's follower loads that policy's versions into its own backend
+            await asyncio.gather(*(follower.run(stop) for follower in followers))
         finally:
             await server.stop()
             await backend.close()
+            for each in (policies or {}).values():
+                if each is not backend:
+                    await each.close()
             if vllm_server is not None:
                 vllm_server.stop()
     finally:
@@ -98,8 +107,10 @@ async def inference(stop: asyncio.Event, *, run: str, host: str, port: int) -> N
 
 async def _serving_backend(
     spec: RunSpec, work: Path, secret: str | None = None
-) -> tuple[Any, Any, Any]:
-    """(backend, inference app, started vLLM server or None) for the run's `backend`."""
+) -> tuple[Any, Any, Any, dict[str, Any] | None]:
+    """(backend, inference app, started vLLM server or None, each policy's backend or None)
+    for the run's `backend`. A run with several policies on the local backend gets one weight
+    set (a `LocalBackend`) per policy, all served by the one app."""
     from rollout.inference.server import create_inference_app
 
     model = spec.model
@@ -111,22 +122,30 @@ async def _serving_backend(
         backend, vllm_server = await start_vllm(options, url=spec.training.vllm.url, work_dir=work)
         app = create_inference_app(backend, model=model, secret=secret)
         attach_engine_routes(app, backend)
-        return backend, app, vllm_server
+        return backend, app, vllm_server, None
     if spec.backend == "tinker" and spec.training is not None:
         from rollout.training.providers.tinker import tinker_sampling_backend
 
         backend = await asyncio.to_thread(tinker_sampling_backend, spec.training)
-        return backend, create_inference_app(backend, model=model, secret=secret), None
+        return backend, create_inference_app(backend, model=model, secret=secret), None, None
     from rollout.inference.local import LocalBackend
 
     training = spec.training
     if training is None:
         backend = LocalBackend(Path(model), device=spec.device)
-    else:
-        backend = LocalBackend(
+        return backend, create_inference_app(backend, model=model, secret=secret), None, None
+    mapping = PolicyMap.recorded(training.policies)
+    policies = {
+        name: LocalBackend(
             Path(model), device=spec.device, dtype=training.dtype, max_batch=training.local_batch
         )
-    return backend, create_inference_app(backend, model=model, secret=secret), None
+        for name in mapping.names
+    }
+    backend = next(iter(policies.values()))
+    app = create_inference_app(
+        backend, model=model, secret=secret, policies=policies if mapping.several else None
+    )
+    return backend, app, None, policies if mapping.several else None
 
 
 async def gateway(stop: asyncio.Event, *, run: str, host: str, port: int) -> None:
@@ -148,12 +167,37 @@ async def gateway(stop: asyncio.Event, *, run: str, host: str, port: int) -> Non
             settings = await ledger.run_settings(record.run_id, spec.training)
         if stop.is_set() or not settings.inference_url:
             return
-        backend = RemoteBackend(settings.inference_url, secret=settings.internal_secret or None)
+        secret = settings.internal_secret or None
+        backend = RemoteBackend(settings.inference_url, secret=secret)
         renderer = HFRenderer(Path(spec.model))
-        gate = LagGate(ledger, record.run_id, default_max_lag=settings.max_lag)
+        # Each seat samples from its agent's policy, admitted on that policy's versions.
+        training = spec.training
+        mapping = PolicyMap.recorded(training.policies if training is not None else {})
+        backends = (
+            {
+                name: RemoteBackend(settings.inference_url, secret=secret, policy=name)
+                for name in mapping.names
+            }
+            if mapping.several
+            else {}
+        )
+        gates = {
+            name: LagGate(
+                ledger,
+                record.run_id,
+                default_max_lag=settings.max_lag,
+                policy=name,
+                max_lag=(
+                    entry.max_lag
+                    if training is not None and (entry := training.policy_config(name)) is not None
+                    else None
+                ),
+            )
+            for name in mapping.names
+        }
 
-        async def admission(_key: object) -> None:
-            await gate.admit()
+        async def admission(key: KeyInfo) -> None:
+            await gates[mapping.policy_of(key.agent)].admit()
 
         server = await serve_gateway(
             ledger,
@@ -163,6 +207,8 @@ async def gateway(stop: asyncio.Event, *, run: str, host: str, port: int) -> Non
             admission=admission,
             host=host,
             port=port,
+            policies=backends,
+            policy_of=mapping.policy_of,
         )
         await advertise(ledger, record.run_id, live.GATEWAY_URL, server.url)
         log.info("gateway for %s at %s/v1", record.run_id, server.url)
@@ -172,6 +218,8 @@ async def gateway(stop: asyncio.Event, *, run: str, host: str, port: int) -> Non
         finally:
             await server.stop()
             await backend.close()
+            for each in backends.values():
+                await each.close()
     finally:
         await ledger.close()
 
