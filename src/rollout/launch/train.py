@@ -57,6 +57,7 @@ from rollout.launch.summary import print_summary, summarize
 from rollout.ledger import COMMAND_WAIT_S, Ledger, RunRecord, ledger_url
 from rollout.runs import live
 from rollout.runs.config import RunConfig
+from rollout.runs.policies import PolicyMap
 from rollout.settings import get_settings
 
 
@@ -233,7 +234,9 @@ async def _train(
             return {"run_id": run.run_id, "name": run.name, "status": "created"}
         roles = LocalRoles.start(run, url, launcher)
         console.print(f"logs: {roles.log_path.parent}", highlight=False, soft_wrap=True)
-        progress = TrainingProgress(run.run_id)
+        # The bar follows the first policy; each policy's steps are summarised at the end.
+        names = PolicyMap.recorded(config.policies).names
+        progress = TrainingProgress(run.run_id, policy=names[0])
         interrupted = False
         try:
             with _hangup_stops(asyncio.current_task()):
@@ -260,6 +263,10 @@ async def _train(
             await progress.poll(ledger)
             if not progress.finished:
                 await ledger.set_setting(run.run_id, live.STATUS, "stopped")
+        per_policy = {
+            name: summarize(await ledger.train_steps(run.run_id, policy=name), began)
+            for name in (names if len(names) > 1 else ())
+        }
     summary = {
         "run_id": run.run_id,
         "name": run.name,
@@ -269,5 +276,13 @@ async def _train(
         "episodes_ended": progress.counts.get("ended", 0),
         "episodes_failed": progress.counts.get("failed", 0),
     }
+    if per_policy:
+        summary["policies"] = per_policy
     print_summary(console, summary)
+    for name, each in per_policy.items():
+        console.print(
+            f"policy {name}: {each['steps']} steps, reward {each['first_rewards_mean']} -> "
+            f"{each['last_rewards_mean']}",
+            highlight=False,
+        )
     return summary
