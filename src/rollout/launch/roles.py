@@ -120,9 +120,18 @@ async def _serving_backend(
 
         options = vllm_server_options(spec.training, model, work / "vllm.log")
         backend, vllm_server = await start_vllm(options, url=spec.training.vllm.url, work_dir=work)
-        app = create_inference_app(backend, model=model, secret=secret)
+        from rollout.inference.vllm import LORA_NAME, VllmBackend
+
+        mapping = PolicyMap.recorded(spec.training.policies)
+        several = None
+        if mapping.several:  # one adapter per policy, all on this one server
+            several = {
+                name: VllmBackend(backend.base_url, lora_name=f"{LORA_NAME}-{name}")
+                for name in mapping.names
+            }
+        app = create_inference_app(backend, model=model, secret=secret, policies=several)
         attach_engine_routes(app, backend)
-        return backend, app, vllm_server, None
+        return backend, app, vllm_server, several
     if spec.backend == "tinker" and spec.training is not None:
         from rollout.training.providers.tinker import tinker_sampling_backend
 
