@@ -30,6 +30,16 @@ Two environments share the world:
 
   (the benchmark's recipe; with a step of sampling lag, the preset's `max_lag: 1`, the choice of
   direction stayed at chance).
+- `pair`: `compact` with two roles whose goals differ: the `walker` (agent 0) is rewarded for a
+  move toward its goal, the `avoider` (agent 1) for a move away from its own. Both read views of
+  the same shape, so one shared policy cannot serve both; a run with a policy per role
+  (`policies:`, docs/training.md) trains each its own way:
+
+    uv run rollout train gridworld.environment:pair --preset cpu-tiny \\
+        --set model.init.alphabet=null --set model.init.vocab_size=160 \\
+        --set warmup_steps=30 --set warmup_learning_rate=0.003 --set group_size=8 \\
+        --set groups_per_step=8 --set learning_rate=0.003 --set grad_clip=1.0 --set max_lag=0 \\
+        --set 'policies={walker: {agents: [walker]}, avoider: {agents: [avoider]}}'
 """
 
 from __future__ import annotations
@@ -251,6 +261,32 @@ class Walk(Task):
             await self.channel.close()
 
 
+class Pair(Walk):
+    """`Walk` for two roles whose goals differ: agent 0 (the walker) earns a move that brings it
+    closer to its goal, agent 1 (the avoider) a move that takes it farther from its own. The
+    reward is the agent's own only: (good moves - `INVALID_PENALTY` x invalid replies) / moves.
+    """
+
+    away = False
+
+    async def start(self, run: RunContext) -> Observation:
+        self.away = run.agent == 1
+        return await super().start(run)
+
+    async def respond(self, run: RunContext, reply: Message) -> Observation:
+        before = self.distance
+        closer = self.closer
+        observation = await super().respond(run, reply)
+        if self.away:  # count moves that went farther instead of closer
+            self.closer = closer + (self.distance > before)
+        return observation
+
+    async def _end(self, run: RunContext) -> End:
+        end = await super()._end(run)
+        own = (self.closer - INVALID_PENALTY * self.invalid) / self.moves if self.moves else 0.0
+        return End(reward=own, metrics=end.metrics)
+
+
 def _call_id(reply: Message) -> str:
     calls = reply.tool_calls or []
     return calls[0].id if calls else "move"
@@ -331,6 +367,19 @@ compact = SandboxedEnvironment(
     # seats are easier than the other's) and the reward is that move's (a tiny model learns it).
     parameters=Draw(tools=False, short=True, reach=1, max_moves=1),
     agents=2,
+    group_size=8,
+    max_turns=6,
+    pool=GridPool(),
+    sampling={"max_tokens": 4, "temperature": 1.0},
+    warmup=compact_example,
+)
+
+pair = SandboxedEnvironment(
+    name="gridworld-pair",
+    task=Pair,
+    parameters=Draw(tools=False, short=True, reach=1, max_moves=1),
+    agents=2,
+    roles=["walker", "avoider"],
     group_size=8,
     max_turns=6,
     pool=GridPool(),

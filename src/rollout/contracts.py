@@ -24,6 +24,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 Role = Literal["system", "user", "assistant", "tool"]
 StopReason = Literal["stop", "length", "tool_calls"]
+DEFAULT_POLICY = "main"
+"""The policy of a run that names none, and of every fact recorded before runs had policies
+(`rollout.runs.policies`)."""
 
 
 class ContentPart(BaseModel):
@@ -122,7 +125,8 @@ class Completion:
 
     `logprobs[i]` is the log probability of `tokens[i]` under the sampling distribution (after
     temperature). `top_logprobs[i]` maps the most likely token ids at position i to their
-    logprobs, when asked for. `version` is the checkpoint version that sampled it.
+    logprobs, when asked for. `version` is the checkpoint version that sampled it, a version of
+    policy `policy` (`rollout.runs.policies`).
     """
 
     tokens: tuple[int, ...]
@@ -130,6 +134,7 @@ class Completion:
     stop_reason: Literal["stop", "length"]
     version: int
     top_logprobs: tuple[dict[int, float], ...] = ()
+    policy: str = DEFAULT_POLICY
 
 
 @dataclass(frozen=True)
@@ -155,3 +160,5 @@ class Turn:
     temperature: float = 1.0
     request: dict[str, Any] = field(default_factory=dict)
     """What the client sent (protocol name, messages), for transcripts; never used for training."""
+    policy: str = DEFAULT_POLICY
+    """The policy whose `version` sampled the turn (`rollout.runs.policies`)."""

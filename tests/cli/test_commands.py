@@ -202,6 +202,30 @@ def test_backends_not_available_are_refused_before_anything_starts(
     assert message in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize(
+    ("policies", "message"),
+    [
+        ("{a: {agents: [0]}, b: {agents: [1]}}", "policies.b.agents: agent 1 is not an agent"),
+        ("{a: {agents: [scout]}}", "policies.a.agents: 'scout' is neither an agent index nor"),
+        ("{Main: {agents: [0]}}", "policies: 'Main' is not a policy name"),
+    ],
+)
+def test_a_policy_mapping_naming_an_unknown_agent_is_refused_in_one_line(
+    capsys: pytest.CaptureFixture[str], policies: str, message: str
+) -> None:
+    code, _, err = rollout(
+        capsys,
+        "train",
+        "parity.environment:environment",
+        "--set",
+        f"policies={policies}",
+        "--create-only",
+    )
+    assert code == 2
+    assert message in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
 def test_model_init_writes_a_hugging_face_folder(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

@@ -325,3 +325,35 @@ async def test_an_eval_of_a_vllm_run_samples_with_vllm_and_scores_like_the_local
     assert local.ci_low <= vllm.score <= local.ci_high, (vllm.score, local)
     assert vllm.ci_low <= local.score <= vllm.ci_high, (local.score, vllm)
     assert 0.0 < vllm.score < 1.0 and 0.0 < local.score < 1.0  # the comparison is not vacuous
+
+
+async def test_two_policies_adapters_are_served_side_by_side_by_one_server(
+    server_url: str, tiny: Path, tmp_path: Path
+) -> None:
+    """A run with two policies: each policy's LoRA adapter is loaded under its own name on the
+    one server, and each policy's backend samples from its own adapter and version."""
+    base = VllmBackend(server_url)
+    segments = await sampled_segments(base)
+    await base.close()
+    policies = {}
+    for name, seed, version in (("walker", 1, 3), ("avoider", 2, 5)):
+        provider = TorchProvider(tiny, lora_rank=4, lr=0.05, seed=seed)
+        folder = step_and_save(provider, segments, tmp_path / name)
+        backend = VllmBackend(server_url, lora_name=f"policy-{name}")
+        await backend.load_weights(folder, version)
+        policies[name] = (provider, backend, version)
+    try:
+        for name, (provider, backend, version) in policies.items():
+            sampled = await sampled_segments(backend)
+            assert {v for s in sampled for v in s.versions if v >= 0} == {version}
+            diffs = abs_diffs(sampled, provider.logprobs(sampled))
+            assert max(diffs) < TOLERANCE, (name, max(diffs))
+        walker, avoider = (policies[n][1] for n in ("walker", "avoider"))
+        params = SamplingParams(max_tokens=4, seed=5)
+        a, b = await asyncio.gather(
+            walker.sample(PROMPTS[0], params), avoider.sample(PROMPTS[0], params)
+        )
+        assert a.logprobs != b.logprobs  # two adapters, not one served twice
+    finally:
+        for _, backend, _ in policies.values():
+            await backend.close()

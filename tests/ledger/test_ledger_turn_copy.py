@@ -49,6 +49,7 @@ def conversation(claim: SeatClaim, turns: int) -> list[Turn]:
                 completion_tokens=completion,
                 logprobs=tuple(-0.1234567890123 * (i + 1) for i in range(len(completion))),
                 stop_reason="length" if index % 2 else "stop",
+                policy=f"p{claim.agent}-{index % 2}",  # a policy per agent (and per turn)
                 request={
                     "messages": list(messages),
                     "reply": reply,

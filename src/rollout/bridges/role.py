@@ -7,6 +7,7 @@ import logging
 
 from rollout.blobs import BlobStore
 from rollout.bridges.convert import convert_checkpoint
+from rollout.contracts import DEFAULT_POLICY
 from rollout.ledger import Ledger, RunRecord
 from rollout.runs.errors import RunError
 from rollout.runs.spec import RunSpec
@@ -19,7 +20,7 @@ class Bridge:
         self.ledger = ledger
         self.blobs = blobs
         self.poll = poll
-        self._done: set[tuple[str, int, str]] = set()
+        self._done: set[tuple[str, str, int, str]] = set()
         self._specs: dict[str, RunSpec | None] = {}
 
     def _spec(self, run: RunRecord) -> RunSpec | None:
@@ -45,23 +46,33 @@ class Bridge:
                 continue
             backends = [spec.backend]
             deleted = set(settings.deleted_checkpoints)  # training.retention
-            for checkpoint in await self.ledger.checkpoints(run.run_id):
-                if checkpoint.version in deleted:
+            # Every policy's checkpoints (a run with several policies has a chain for each).
+            for checkpoint in await self.ledger.checkpoints(run.run_id, policy=None):
+                policy = checkpoint.policy
+                if checkpoint.version in deleted and policy == DEFAULT_POLICY:
                     continue
                 for backend in backends:
-                    key = (run.run_id, checkpoint.version, backend)
+                    key = (run.run_id, policy, checkpoint.version, backend)
                     if key in self._done:
                         continue
-                    done = await self.ledger.conversions(run.run_id, checkpoint.version)
+                    done = await self.ledger.conversions(
+                        run.run_id, checkpoint.version, policy=policy
+                    )
                     if backend not in done:
                         uri = await asyncio.to_thread(
                             convert_checkpoint, self.blobs, checkpoint.uri, backend
                         )
                         await self.ledger.record_conversion(
-                            run.run_id, checkpoint.version, backend, uri
+                            run.run_id, checkpoint.version, backend, uri, policy=policy
                         )
                         made += 1
-                        log.info("converted %s v%s for %s", run.run_id, checkpoint.version, backend)
+                        log.info(
+                            "converted %s %s v%s for %s",
+                            run.run_id,
+                            policy,
+                            checkpoint.version,
+                            backend,
+                        )
                     self._done.add(key)
         return made
 

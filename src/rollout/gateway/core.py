@@ -82,6 +82,10 @@ class Gateway:
         key_cache_seconds: how long a resolved key is trusted before asking the ledger again.
         max_cached_seats: seats whose recent turns are kept in memory.
         recent_turns_per_seat: recent turns each seat keeps in memory.
+        policies: a run with several policies (`rollout.runs.policies`): each policy's backend,
+            and `policy_of` the policy of each agent index; each seat samples from its agent's
+            policy (the backend reports the policy, and the turn records it).
+        policy_of: agent index -> policy name (with `policies`).
     """
 
     def __init__(
@@ -96,10 +100,14 @@ class Gateway:
         key_cache_seconds: float = 2.0,
         max_cached_seats: int = 1024,
         recent_turns_per_seat: int = 4,
+        policies: Mapping[str, InferenceBackend] | None = None,
+        policy_of: Callable[[int], str] | None = None,
     ) -> None:
         self.ledger = ledger
         self.renderer = renderer
         self.backend = backend
+        self.policies = dict(policies or {})
+        self.policy_of = policy_of
         self.model_name = model_name
         self.admission = admission
         self.default_max_tokens = default_max_tokens
@@ -170,10 +178,22 @@ class Gateway:
         log.error("backend %s failed", getattr(self.backend, "name", "?"), exc_info=exc)
         return GatewayError(f"inference backend failed: {type(exc).__name__}: {exc}", kind="server")
 
-    async def _sample(self, prompt: list[int], params: SamplingParams) -> Completion:
+    def backend_for(self, info: KeyInfo) -> InferenceBackend:
+        """The backend of the seat's policy (the one backend of a run with one policy)."""
+        if not self.policies or self.policy_of is None:
+            return self.backend
+        policy = self.policy_of(info.agent)
+        backend = self.policies.get(policy)
+        if backend is None:
+            raise GatewayError(
+                f"agent {info.agent}'s policy {policy!r} is not served", kind="server"
+            )
+        return backend
+
+    async def _sample(self, info: KeyInfo, prompt: list[int], params: SamplingParams) -> Completion:
         """The backend's completion; its failures as gateway errors (503, 400 or 500)."""
         try:
-            return await self.backend.sample(prompt, params)
+            return await self.backend_for(info).sample(prompt, params)
         except Exception as exc:
             raise self._backend_error(exc) from exc
 
@@ -188,7 +208,7 @@ class Gateway:
     async def complete(self, info: KeyInfo, request: CanonicalRequest) -> TurnResult:
         """Render, admit, sample, parse and record one turn; raises GatewayError."""
         prepared = await self._prepare(info, request)
-        completion = await self._sample(prepared.prompt, prepared.params)
+        completion = await self._sample(info, prepared.prompt, prepared.params)
         return await self._finish(info, request, prepared, completion, time.time())
 
     async def stream(
@@ -201,11 +221,12 @@ class Gateway:
         call, reasoning or a stop string is held back until the end (see `LiveText`).
         """
         prepared = await self._prepare(info, request)
-        yield StreamStart(len(prepared.prompt), prepared.started, self.backend.version)
+        backend = self.backend_for(info)
+        yield StreamStart(len(prepared.prompt), prepared.started, backend.version)
         live = LiveText(self.text, prepared.params, streaming=self._may_stream(prepared))
         completion: Completion | None = None
         try:
-            async for chunk in sample_stream(self.backend, prepared.prompt, prepared.params):
+            async for chunk in sample_stream(backend, prepared.prompt, prepared.params):
                 for delta in live.feed(chunk.tokens, chunk.logprobs, chunk.top_logprobs):
                     yield delta
                 if chunk.completion is not None:

@@ -125,6 +125,7 @@ class Recorder:
                         completion_tokens=tuple(completion.tokens),
                         logprobs=tuple(completion.logprobs),
                         version=completion.version,
+                        policy=completion.policy,
                         stop_reason=finish,
                         extends_previous=prev is not None and extends(prompt_t, prev),
                         started_at=started,

@@ -12,7 +12,7 @@ from typing import Any
 
 import aiohttp
 
-from rollout.contracts import Completion, SamplingParams
+from rollout.contracts import DEFAULT_POLICY, Completion, SamplingParams
 from rollout.errors import RolloutError
 from rollout.inference.base import SampleChunk
 from rollout.net.client import JsonHttpClient, TransportError
@@ -33,6 +33,7 @@ def completion_to_json(completion: Completion) -> dict[str, Any]:
         "stop_reason": completion.stop_reason,
         "version": completion.version,
         "top_logprobs": [{str(k): v for k, v in d.items()} for d in completion.top_logprobs],
+        "policy": completion.policy,
     }
 
 
@@ -43,6 +44,7 @@ def completion_from_json(data: dict[str, Any]) -> Completion:
         stop_reason=data["stop_reason"],
         version=int(data["version"]),
         top_logprobs=tuple({int(k): float(v) for k, v in d.items()} for d in data["top_logprobs"]),
+        policy=str(data.get("policy", DEFAULT_POLICY)),
     )
 
 
@@ -66,7 +68,11 @@ def chunk_from_json(data: dict[str, Any]) -> SampleChunk:
 
 
 class RemoteBackend:
-    """`InferenceBackend` over HTTP to `rollout inference`. Retries while the server restarts."""
+    """`InferenceBackend` over HTTP to `rollout inference`. Retries while the server restarts.
+
+    `policy`: which of the server's policies samples (a run with several serves each one's
+    current version from the same server).
+    """
 
     name = "remote"
 
@@ -77,7 +83,9 @@ class RemoteBackend:
         retries: int = 30,
         retry_wait: float = 1.0,
         secret: str | None = None,
+        policy: str = DEFAULT_POLICY,
     ) -> None:
+        self.policy = policy
         self.base_url = base_url.rstrip("/")
         self._headers = {"Content-Type": "application/json"}
         if secret:  # the run's internal_secret, for a server bound beyond loopback
@@ -116,10 +124,14 @@ class RemoteBackend:
             return json.loads(response.body)
         raise InferenceUnavailable(f"inference server {self.base_url} unavailable: {last}")
 
+    def _body(self, prompt_tokens: list[int], params: SamplingParams) -> dict[str, Any]:
+        body: dict[str, Any] = {"prompt_tokens": list(prompt_tokens), "params": params.model_dump()}
+        if self.policy != DEFAULT_POLICY:
+            body["policy"] = self.policy
+        return body
+
     async def sample(self, prompt_tokens: list[int], params: SamplingParams) -> Completion:
-        data = await self._post(
-            "/sample", {"prompt_tokens": list(prompt_tokens), "params": params.model_dump()}
-        )
+        data = await self._post("/sample", self._body(prompt_tokens, params))
         completion = completion_from_json(data)
         self._version = max(self._version, completion.version)
         return completion
@@ -129,7 +141,7 @@ class RemoteBackend:
     ) -> AsyncIterator[SampleChunk]:
         """Tokens as the server chooses them (`POST /sample/stream`, JSON lines)."""
         url = f"{self.base_url}/sample/stream"
-        body = json.dumps({"prompt_tokens": list(prompt_tokens), "params": params.model_dump()})
+        body = json.dumps(self._body(prompt_tokens, params))
         headers = self._headers
         last: Exception | None = None
         for _ in range(self.retries):

@@ -12,10 +12,11 @@ that sampled it.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hmac
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -24,7 +25,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ValidationError
 
 from rollout.blobs import BlobStore
-from rollout.contracts import SamplingParams
+from rollout.contracts import DEFAULT_POLICY, SamplingParams
 from rollout.inference.base import InferenceBackend, sample_stream
 from rollout.inference.remote import SECRET_HEADER, chunk_to_json, completion_to_json
 from rollout.inference.weights_cache import fetch
@@ -42,20 +43,40 @@ class WeightLoader(Protocol):
 class SampleRequest(BaseModel):
     prompt_tokens: list[int]
     params: dict[str, Any] = {}
+    policy: str = DEFAULT_POLICY
+    """Which policy samples (a run with several policies serves each one's version)."""
 
 
 def create_inference_app(
-    backend: InferenceBackend, *, model: str, secret: str | None = None
+    backend: InferenceBackend,
+    *,
+    model: str,
+    secret: str | None = None,
+    policies: Mapping[str, InferenceBackend] | None = None,
 ) -> FastAPI:
     """The inference server's HTTP app.
 
     Args:
-        backend: What samples.
+        backend: What samples (the default policy's backend).
         model: The model named by `GET /health`.
         secret: When set (a server bound beyond loopback), every request must carry it in the
             `X-Rollout-Secret` header, else it is refused with 401.
+        policies: A run with several policies: each policy's backend (a request names its
+            `policy`; an unknown one is refused with 422). Every completion reports the policy
+            that sampled it.
     """
     app = FastAPI(title="rollout inference", docs_url=None, redoc_url=None)
+    by_policy: dict[str, InferenceBackend] = dict(policies or {DEFAULT_POLICY: backend})
+
+    def backend_of(request: SampleRequest) -> InferenceBackend:
+        chosen = by_policy.get(request.policy)
+        if chosen is None:
+            raise HTTPException(
+                422,
+                detail=f"policy: {request.policy!r} is not served here (serving: "
+                f"{sorted(by_policy)})",
+            )
+        return chosen
 
     if secret:
         expected = secret.encode()
@@ -75,8 +96,8 @@ def create_inference_app(
             raise HTTPException(422, detail=str(error)) from error
         if not request.prompt_tokens:
             raise HTTPException(422, detail="prompt_tokens is empty")
-        completion = await backend.sample(request.prompt_tokens, params)
-        return completion_to_json(completion)
+        completion = await backend_of(request).sample(request.prompt_tokens, params)
+        return completion_to_json(dataclasses.replace(completion, policy=request.policy))
 
     @app.post("/sample/stream")
     async def sample_streamed(request: SampleRequest) -> StreamingResponse:
@@ -86,10 +107,14 @@ def create_inference_app(
             raise HTTPException(422, detail=str(error)) from error
         if not request.prompt_tokens:
             raise HTTPException(422, detail="prompt_tokens is empty")
+        chosen = backend_of(request)
 
         async def lines() -> AsyncIterator[bytes]:
             try:
-                async for chunk in sample_stream(backend, request.prompt_tokens, params):
+                async for chunk in sample_stream(chosen, request.prompt_tokens, params):
+                    if chunk.completion is not None:
+                        done = dataclasses.replace(chunk.completion, policy=request.policy)
+                        chunk = dataclasses.replace(chunk, completion=done)
                     yield (json.dumps(chunk_to_json(chunk)) + "\n").encode()
             except Exception as error:  # the response has started: say so in the stream
                 log.exception("streamed sample failed")
@@ -105,7 +130,8 @@ def create_inference_app(
 
 
 class ServingFollower:
-    """Loads what the run's serving record names and acknowledges it."""
+    """Loads what the run's serving record names and acknowledges it (for one policy: a run
+    with several has a follower for each, each loading into that policy's backend)."""
 
     def __init__(
         self,
@@ -118,7 +144,9 @@ class ServingFollower:
         cache_dir: Path,
         poll: float = 2.0,
         backend_name: str = BACKEND_NAME,
+        policy: str = DEFAULT_POLICY,
     ) -> None:
+        self.policy = policy
         self.backend_name = backend_name
         """Which conversion of the serving record to load (`local`, `vllm`, `tinker`)."""
         self.ledger = ledger
@@ -132,7 +160,7 @@ class ServingFollower:
 
     async def sync_once(self) -> bool:
         """Load the current serving record if it is new. True if something was loaded."""
-        record = await self.ledger.serving(self.run_id)
+        record = await self.ledger.serving(self.run_id, policy=self.policy)
         if record is None or record.version == self.serving_version:
             return False
         uri = record.uris.get(self.backend_name)
@@ -140,12 +168,17 @@ class ServingFollower:
             log.warning("serving record v%s has no %r files", record.version, self.backend_name)
             return False
         # Shared with the run's other roles on this machine (weights_cache), filled atomically.
-        folder = self.cache_dir / f"v{record.version}"
+        name = f"v{record.version}"
+        folder = self.cache_dir / (
+            name if self.policy == DEFAULT_POLICY else f"{self.policy}-{name}"
+        )
         local = await asyncio.to_thread(fetch, self.blobs, uri, folder)
         await self.backend.load_weights(local, record.version)
         self.serving_version = record.version
-        await self.ledger.ack_serving(self.run_id, self.server_id, record.version)
-        log.info("serving v%s", record.version)
+        await self.ledger.ack_serving(
+            self.run_id, self.server_id, record.version, policy=self.policy
+        )
+        log.info("serving %s v%s", self.policy, record.version)
         return True
 
     async def run(self, stop: asyncio.Event) -> None:

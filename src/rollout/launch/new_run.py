@@ -22,10 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from rollout.errors import RolloutError
+from rollout.harness.core import Environment
 from rollout.launch.available import require_available
 from rollout.ledger import Ledger, RunRecord
 from rollout.runs import live
 from rollout.runs.config import RunConfig
+from rollout.runs.policies import PolicyMap
 from rollout.runs.presets import load_preset, parse_config
 from rollout.runs.spec import RunSpec
 
@@ -86,6 +88,21 @@ def training_config(
         config = parse_config({**config.model_dump(mode="json"), **updates}, source=options)
     require_available(config)
     return config
+
+
+def resolve_policies(config: RunConfig, environment: Environment) -> RunConfig:
+    """`config` with its `policies:` resolved against the environment's agents and roles and
+    recorded as agent indices (`PolicyMap.entries`), so no role needs the environment to read
+    them; unchanged when it names none.
+
+    Raises:
+        InvalidPolicies: an agent has no policy or two, or an entry names an agent or role the
+            environment does not have (one line naming it).
+    """
+    if not config.policies:
+        return config
+    mapping = PolicyMap.resolve(config.policies, agents=environment.agents, roles=environment.roles)
+    return config.model_copy(update={"policies": mapping.entries(config.policies)})
 
 
 def run_name(environment: str) -> str:

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from rollout.contracts import DEFAULT_POLICY
 from rollout.errors import RolloutError
 from rollout.ledger import Ledger, TrainStepRecord
 
@@ -115,6 +116,8 @@ class TrainingProgress:
     error: str | None = None
     counts: dict[str, int] = field(default_factory=dict)
     paused: bool = False
+    policy: str = DEFAULT_POLICY
+    """Whose steps are read (a run with several policies: the one the bar follows)."""
 
     @property
     def last_step(self) -> int:
@@ -131,7 +134,7 @@ class TrainingProgress:
         if settings.status == "failed":
             self.error = settings.error or "the run failed"
         self.counts = await ledger.episode_counts(self.run_id)
-        new = await ledger.train_steps(self.run_id, after=self.last_step)
+        new = await ledger.train_steps(self.run_id, after=self.last_step, policy=self.policy)
         self.steps.extend(new)
         return new
 

@@ -13,13 +13,18 @@ import os
 import secrets
 import socket
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rollout.blobs import BlobStore
+from rollout.contracts import DEFAULT_POLICY
 from rollout.ledger import KeyInfo, Ledger
 from rollout.runs import live
+from rollout.runs.policies import PolicyMap
 from rollout.runs.spec import RunSpec
 from rollout.settings import get_settings
+
+if TYPE_CHECKING:
+    from rollout.launch.backends import StartedBackend
 
 log = logging.getLogger("rollout.roles")
 
@@ -69,50 +74,56 @@ async def inference(stop: asyncio.Event, *, run: str, host: str, port: int) -> N
         # Bound beyond loopback, every caller must send the run's shared secret.
         secret = None if is_loopback(host) else await internal_secret(ledger, record.run_id)
         work = _cache(record.run_id, "vllm")
-        backend, app, vllm_server = await _serving_backend(spec, work, secret)
+        started, app = await _serving_backend(spec, work, secret)
         server = AppServer(app, host=host, port=port)
         await server.start()
         await advertise(ledger, record.run_id, live.INFERENCE_URL, server.url)
         log.info("inference for %s at %s", record.run_id, server.url)
         ledger.set_process_status(f"serving at {server.url}")
-        follower = ServingFollower(
-            ledger,
-            backend,
-            run_id=record.run_id,
-            server_id=server.url,
-            blobs=BlobStore.from_url(),
-            # One copy per run and machine, shared with its evaluator (inference.weights_cache).
-            cache_dir=backend_folder(get_settings().cache_dir, record.run_id, spec.backend),
-            backend_name=spec.backend,
-        )
-        try:
-            await follower.run(stop)
+        followers = [
+            ServingFollower(
+                ledger,
+                policy_backend,
+                run_id=record.run_id,
+                server_id=server.url,
+                blobs=BlobStore.from_url(),
+                # One copy per run and machine, shared with its evaluator (weights_cache).
+                cache_dir=backend_folder(get_settings().cache_dir, record.run_id, spec.backend),
+                backend_name=spec.backend,
+                policy=name,
+            )
+            for name, policy_backend in (
+                started.policies or {DEFAULT_POLICY: started.backend}
+            ).items()
+        ]
+        try:  # each policy's follower loads that policy's versions into its own backend
+            await asyncio.gather(*(follower.run(stop) for follower in followers))
         finally:
             await server.stop()
-            await backend.close()
-            if vllm_server is not None:
-                vllm_server.stop()
+            await started.close()
     finally:
         await ledger.close()
 
 
 async def _serving_backend(
     spec: RunSpec, work: Path, secret: str | None = None
-) -> tuple[Any, Any, Any]:
-    """(backend, inference app, started vLLM server or None) for the run's `backend`."""
+) -> tuple[StartedBackend, Any]:
+    """(the started backend, inference app) for the run's `backend`. A run with several
+    policies gets a backend per policy (`StartedBackend.policies`: a weight set each on the
+    local backend, an adapter each on the one vLLM server), all served by the one app."""
     from rollout.inference.server import create_inference_app
     from rollout.launch.backends import start_backend
 
-    started = await start_backend(spec, work)
+    started = await start_backend(spec, work, per_policy=True)
     backend = started.backend
-    app = create_inference_app(backend, model=spec.model, secret=secret)
+    app = create_inference_app(backend, model=spec.model, secret=secret, policies=started.policies)
     from rollout.inference.vllm import VllmBackend
 
     if isinstance(backend, VllmBackend):
         from rollout.inference.vllm_serving import attach_engine_routes
 
         attach_engine_routes(app, backend)
-    return backend, app, started.vllm_server
+    return started, app
 
 
 async def gateway(stop: asyncio.Event, *, run: str, host: str, port: int) -> None:
@@ -134,12 +145,39 @@ async def gateway(stop: asyncio.Event, *, run: str, host: str, port: int) -> Non
             settings = await ledger.run_settings(record.run_id, spec.training)
         if stop.is_set() or not settings.inference_url:
             return
-        backend = RemoteBackend(settings.inference_url, secret=settings.internal_secret or None)
+        secret = settings.internal_secret or None
+        backend = RemoteBackend(settings.inference_url, secret=secret)
         renderer = HFRenderer(Path(spec.model))
-        gate = LagGate(ledger, record.run_id, default_max_lag=settings.max_lag)
+        # Each seat samples from its agent's policy, admitted on that policy's versions.
+        training = spec.training
+        mapping = PolicyMap.recorded(training.policies if training is not None else {})
+        backends = (
+            {
+                name: RemoteBackend(settings.inference_url, secret=secret, policy=name)
+                for name in mapping.names
+            }
+            if mapping.several
+            else {}
+        )
+        gates = {
+            name: LagGate(
+                ledger,
+                record.run_id,
+                default_max_lag=settings.max_lag,
+                policy=name,
+                max_lag=(
+                    entry.max_lag
+                    if training is not None and (entry := training.policy_config(name)) is not None
+                    else None
+                ),
+            )
+            for name in mapping.names
+        }
 
         async def admission(key: KeyInfo) -> None:
-            # A key just resolved brings its run's lag view, read for this turn: no second read.
+            gate = gates[mapping.policy_of(key.agent)]
+            # A key just resolved brings its run's lag view, read for this turn: no second read
+            # (it is the default policy's view: another policy's gate reads its own).
             await gate.admit(read=key.lag if key.run_id == record.run_id else None)
 
         server = await serve_gateway(
@@ -150,6 +188,8 @@ async def gateway(stop: asyncio.Event, *, run: str, host: str, port: int) -> Non
             admission=admission,
             host=host,
             port=port,
+            policies=backends,
+            policy_of=mapping.policy_of,
         )
         await advertise(ledger, record.run_id, live.GATEWAY_URL, server.url)
         log.info("gateway for %s at %s/v1", record.run_id, server.url)
@@ -159,6 +199,8 @@ async def gateway(stop: asyncio.Event, *, run: str, host: str, port: int) -> Non
         finally:
             await server.stop()
             await backend.close()
+            for each in backends.values():
+                await each.close()
     finally:
         await ledger.close()
 

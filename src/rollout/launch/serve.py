@@ -15,6 +15,8 @@ the gateway comes here, each with its own choices:
 
 from __future__ import annotations
 
+from typing import Any
+
 from rollout.gateway.app import create_app
 from rollout.gateway.core import Admission, LedgerLike
 from rollout.inference.base import InferenceBackend
@@ -33,6 +35,7 @@ async def serve_gateway(
     admission: Admission | None = None,
     host: str = LOOPBACK,
     port: int = 0,
+    **options: Any,
 ) -> AppServer:
     """The gateway for `backend`, listening on `host:port` (0: a free port) once this returns.
 
@@ -44,6 +47,9 @@ async def serve_gateway(
         admission: awaited before each turn samples (the gateway role's max_lag gate).
         host: the address to listen on.
         port: the port (0: a free one).
+        **options: passed to `rollout.gateway.core.Gateway` (`policies`, `policy_of`, ...).
     """
-    app = create_app(ledger, renderer, backend, model_name=model_name, admission=admission)
+    app = create_app(
+        ledger, renderer, backend, model_name=model_name, admission=admission, **options
+    )
     return await AppServer(app, host=host, port=port).start()

@@ -52,7 +52,7 @@ from rollout.harness.preflight import preflight
 from rollout.launch.evaluator.role import wait_for_evals
 from rollout.launch.local import role_argv
 from rollout.launch.model_folder import resolve_model
-from rollout.launch.new_run import create_run, run_name, training_config
+from rollout.launch.new_run import create_run, resolve_policies, run_name, training_config
 from rollout.launch.owner import owned_env
 from rollout.launch.presets import stored_preset
 from rollout.launch.progress import TrainingProgress, watch_training
@@ -61,6 +61,7 @@ from rollout.launch.summary import print_summary, summarize
 from rollout.ledger import COMMAND_WAIT_S, Ledger, RunRecord, ledger_url
 from rollout.runs import live
 from rollout.runs.config import RunConfig
+from rollout.runs.policies import PolicyMap
 from rollout.settings import get_settings
 
 
@@ -187,6 +188,7 @@ def train_command(
         # A preset stored in the ledger (`rollout preset load`) wins over the built-in one.
         base = stored_preset(preset, cluster_url)
         config = training_config(base or preset, overrides, steps=steps, max_lag=max_lag)
+        config = resolve_policies(config, environment)
         model_path = resolve_model(config, model)
         notes = [
             readability_note(environment, config, seen, model_path),
@@ -241,7 +243,9 @@ async def _train(
             return {"run_id": run.run_id, "name": run.name, "status": "created"}
         roles = LocalRoles.start(run, url, launcher)
         console.print(f"logs: {roles.log_path.parent}", highlight=False, soft_wrap=True)
-        progress = TrainingProgress(run.run_id)
+        # The bar follows the first policy; each policy's steps are summarised at the end.
+        names = PolicyMap.recorded(config.policies).names
+        progress = TrainingProgress(run.run_id, policy=names[0])
         interrupted = False
         try:
             with _hangup_stops(asyncio.current_task()):
@@ -268,6 +272,10 @@ async def _train(
             await progress.poll(ledger)
             if not progress.finished:
                 await ledger.set_setting(run.run_id, live.STATUS, "stopped")
+        per_policy = {
+            name: summarize(await ledger.train_steps(run.run_id, policy=name), began)
+            for name in (names if len(names) > 1 else ())
+        }
     summary = {
         "run_id": run.run_id,
         "name": run.name,
@@ -277,5 +285,13 @@ async def _train(
         "episodes_ended": progress.counts.get("ended", 0),
         "episodes_failed": progress.counts.get("failed", 0),
     }
+    if per_policy:
+        summary["policies"] = per_policy
     print_summary(console, summary)
+    for name, each in per_policy.items():
+        console.print(
+            f"policy {name}: {each['steps']} steps, reward {each['first_rewards_mean']} -> "
+            f"{each['last_rewards_mean']}",
+            highlight=False,
+        )
     return summary

@@ -33,6 +33,7 @@ from psycopg.abc import Params
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
+from rollout.contracts import DEFAULT_POLICY
 from rollout.ledger.connection import Conn, LedgerConnection, Pool, fetch_all
 from rollout.ledger.episodes import WINNING_ATTEMPT_TURNS
 from rollout.ledger.processes import PROCESS_STATE, STALE_BEATS
@@ -87,7 +88,8 @@ WHERE run_id = %(run_id)s AND step <= %(step)s ORDER BY step DESC LIMIT 1
 
 CHECKPOINTS_PAGE: LiteralString = (
     "SELECT " + CHECKPOINT_COLUMNS + " FROM checkpoints"
-    " WHERE run_id = %(run_id)s AND version > %(after)s ORDER BY version LIMIT %(limit)s"
+    " WHERE run_id = %(run_id)s AND policy = %(policy)s AND version > %(after)s"
+    " ORDER BY version LIMIT %(limit)s"
 )
 CONVERSIONS_BETWEEN: LiteralString = """
 SELECT version, backend, uri FROM conversions
@@ -358,7 +360,8 @@ class MonitorReads:
 
     async def steps(self, run_id: str, *, after: int, limit: int) -> list[dict[str, Any]]:
         """Train steps after step `after`, oldest first: step, metrics, created_at, ..."""
-        return await self._rows(STEPS_PAGE, {"run_id": run_id, "after": after, "limit": limit})
+        params = {"run_id": run_id, "after": after, "limit": limit, "policy": DEFAULT_POLICY}
+        return await self._rows(STEPS_PAGE, params)
 
     async def step_time(self, run_id: str, step: int) -> float | None:
         """When the last step at or before `step` was recorded, or None."""
@@ -371,7 +374,8 @@ class MonitorReads:
     async def checkpoints(self, run_id: str, *, after: int, limit: int) -> list[dict[str, Any]]:
         """Checkpoints after version `after`, oldest first (`training.CHECKPOINT_COLUMNS`)."""
         return await self._rows(
-            CHECKPOINTS_PAGE, {"run_id": run_id, "after": after, "limit": limit}
+            CHECKPOINTS_PAGE,
+            {"run_id": run_id, "after": after, "limit": limit, "policy": DEFAULT_POLICY},
         )
 
     async def conversions(self, run_id: str, low: int, high: int) -> list[dict[str, Any]]:

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rollout.contracts import Turn
+from rollout.contracts import DEFAULT_POLICY, Turn
 
 EPISODE_KINDS = ("train", "eval", "playground")
 SEAT_STATUSES = ("completed", "failed")
@@ -63,24 +63,26 @@ class SeatClaim:
 
 @dataclass(frozen=True)
 class LagView:
-    """What max_lag admission reads (`Ledger.lag_view`): the newest checkpoint version, the
-    lowest version the run's servers acknowledge serving, the run's `max_lag` setting (None
-    where absent), and when the read began (`time.time()`)."""
+    """What max_lag admission reads (`Ledger.lag_view`) for one policy of a run: its newest
+    checkpoint version, the lowest version of it the run's servers acknowledge serving, the
+    run's `max_lag` setting (None where absent), and when the read began (`time.time()`)."""
 
     newest: int | None
     serving: int | None
     max_lag: Any
     read_at: float
+    policy: str = DEFAULT_POLICY
+    """The policy whose versions `newest` and `serving` are."""
 
 
 @dataclass(frozen=True)
 class KeyInfo:
     """The seat attempt an API key was issued for.
 
-    `lag` is the key's run's `LagView`, read in the same round trip as the key
-    (`Ledger.resolve_key`), so that the gateway admits a new seat's first turn without a read of
-    its own; None where it was not read with the key (a cached key). It takes no part in
-    equality.
+    `lag` is the `LagView` of the key's run's default policy (`DEFAULT_POLICY`), read in the
+    same round trip as the key (`Ledger.resolve_key`), so that the gateway admits a new seat's
+    first turn without a read of its own; it says nothing of another policy's versions. None
+    where it was not read with the key (a cached key). It takes no part in equality.
     """
 
     run_id: str
@@ -153,6 +155,8 @@ class GroupRecord:
     run_id: str
     group_index: int
     episodes: tuple[EpisodeRecord, ...]
+    policy: str = DEFAULT_POLICY
+    """The policy the group is complete and not yet trained for."""
 
 
 @dataclass(frozen=True)
@@ -164,6 +168,8 @@ class CheckpointRecord:
     kind: str  # 'full' | 'lora'
     created_at: float
     metadata: dict[str, Any]
+    policy: str = DEFAULT_POLICY
+    """The policy whose version chain the checkpoint is on."""
 
 
 @dataclass(frozen=True)
@@ -173,6 +179,7 @@ class TrainStepRecord:
     group_indices: tuple[int, ...]
     metrics: dict[str, float]
     created_at: float
+    policy: str = DEFAULT_POLICY
 
 
 @dataclass(frozen=True)
@@ -183,3 +190,4 @@ class ServingRecord:
     version: int
     uris: dict[str, str]  # backend name -> converted checkpoint location
     created_at: float
+    policy: str = DEFAULT_POLICY

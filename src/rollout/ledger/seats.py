@@ -97,12 +97,13 @@ SEAT: LiteralString = (
 )
 SEAT_FOR_UPDATE: LiteralString = SEAT + " FOR UPDATE"
 # A key of the seat's current attempt works while the seat is open and its claim unexpired; a
-# superseded attempt's key still resolves, so its writes fail with StaleFence (a 409). The key's
-# run's lag view comes with it: the gateway admits the turn on it without another round trip.
+# superseded attempt's key still resolves, so its writes fail with StaleFence (a 409). The lag
+# view of the key's run's default policy ('main', rollout.contracts.DEFAULT_POLICY) comes with
+# it: the gateway admits a turn of that policy on it without another round trip.
 KEY: LiteralString = (
     """
 SELECT c.run_id, c.episode_id, c.agent, c.attempt, """
-    + lag_columns("c.run_id")
+    + lag_columns("c.run_id", "'main'")
     + """
 FROM seat_claims c
 JOIN seats s ON s.episode_id = c.episode_id AND s.agent = c.agent
@@ -315,8 +316,8 @@ class SeatsMixin(LedgerConnection):
 
     async def resolve_key(self, api_key: str) -> KeyInfo | None:
         """The seat attempt an API key was issued for, or None for an unknown key, or the key
-        of a seat that has ended or whose claim has expired. Its `lag` is the key's run's
-        `lag_view`, read in the same statement.
+        of a seat that has ended or whose claim has expired. Its `lag` is the `lag_view` of the
+        key's run's default policy, read in the same statement.
 
         The key of a superseded attempt still resolves (to its own attempt); its writes are
         refused with StaleFence.

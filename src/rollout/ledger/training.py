@@ -6,8 +6,10 @@ marks the groups consumed (a group is trained at most once), records the step's 
 its checkpoint. Which groups are complete is decided in one place, the `group_status` view
 (migration 0002): the trainer's read and the step's check both ask it.
 
-A checkpoint's version is the number of optimizer steps behind it; (run, version) is its key
-and its URI never changes.
+A checkpoint's version is the number of optimizer steps behind it; (run, policy, version) is
+its key and its URI never changes. Everything here is per policy (`rollout.runs.policies`; the
+default, `main`, for a run that names none): each policy has its own version chain and steps,
+and a group is trained at most once by each policy (`policy_group_status`, migration 0016).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any, LiteralString
 
 from psycopg.rows import class_row, dict_row, kwargs_row
 
+from rollout.contracts import DEFAULT_POLICY
 from rollout.ledger.connection import Conn, LedgerConnection, fetch_all, fetch_one
 from rollout.ledger.episodes import load_episodes
 from rollout.ledger.errors import InvalidInput, LedgerError
@@ -33,14 +36,14 @@ from rollout.ledger.records import (
 
 # Complete train groups no step has consumed, oldest first (see `group_status`).
 TRAINABLE_GROUPS: LiteralString = """
-SELECT group_index FROM group_status
+SELECT group_index FROM policy_group_status(%(policy)s)
 WHERE run_id = %(run_id)s AND kind = 'train' AND complete AND consumed_by_step IS NULL
 ORDER BY first_seq
 LIMIT %(limit)s
 """
 # The same view, for the groups a step is about to consume.
 GROUPS_TO_CONSUME: LiteralString = """
-SELECT group_index, complete, consumed_by_step FROM group_status
+SELECT group_index, complete, consumed_by_step FROM policy_group_status(%(policy)s)
 WHERE run_id = %(run_id)s AND kind = 'train' AND group_index = ANY(%(groups)s)
 ORDER BY group_index
 """
@@ -50,52 +53,67 @@ WHERE run_id = %(run_id)s AND kind = 'train' AND group_index = ANY(%(groups)s)
 ORDER BY group_index, member
 """
 INSERT_TRAIN_STEP: LiteralString = """
-INSERT INTO train_steps (run_id, step, group_indices, metrics, lease_name, lease_epoch)
-VALUES (%(run_id)s, %(step)s, %(groups)s, %(metrics)s, %(lease_name)s, %(lease_epoch)s)
+INSERT INTO train_steps (run_id, policy, step, group_indices, metrics, lease_name,
+                         lease_epoch)
+VALUES (%(run_id)s, %(policy)s, %(step)s, %(groups)s, %(metrics)s, %(lease_name)s,
+        %(lease_epoch)s)
 ON CONFLICT DO NOTHING
 RETURNING true AS inserted
 """
 TRAIN_STEP_GROUPS: LiteralString = (
-    "SELECT group_indices FROM train_steps WHERE run_id = %(run_id)s AND step = %(step)s"
+    "SELECT group_indices FROM train_steps"
+    " WHERE run_id = %(run_id)s AND policy = %(policy)s AND step = %(step)s"
 )
 CONSUME_GROUPS: LiteralString = """
-INSERT INTO consumed_groups (run_id, group_index, step)
-SELECT %(run_id)s, g, %(step)s FROM unnest(%(groups)s::int4[]) g
+INSERT INTO consumed_groups (run_id, policy, group_index, step)
+SELECT %(run_id)s, %(policy)s, g, %(step)s FROM unnest(%(groups)s::int4[]) g
 """
 TRAIN_STEPS: LiteralString = """
-SELECT run_id, step, group_indices, metrics, extract(epoch FROM created_at)::float8 AS created_at
-FROM train_steps WHERE run_id = %(run_id)s AND step > %(after)s ORDER BY step
+SELECT run_id, step, group_indices, metrics, extract(epoch FROM created_at)::float8 AS created_at,
+       policy
+FROM train_steps
+WHERE run_id = %(run_id)s AND step > %(after)s AND (%(policy)s::text IS NULL OR policy = %(policy)s)
+ORDER BY step, policy
 """
 # created_at: the clock at the transaction's last statement, not its start, so it is within a
 # commit of when the checkpoint became visible (max_lag checks).
 INSERT_CHECKPOINT: LiteralString = """
-INSERT INTO checkpoints (run_id, version, parent_version, uri, kind, metadata, lease_epoch,
-                         created_at)
-VALUES (%(run_id)s, %(version)s, %(parent_version)s, %(uri)s, %(kind)s, %(metadata)s,
-        %(lease_epoch)s, clock_timestamp())
+INSERT INTO checkpoints (run_id, policy, version, parent_version, uri, kind, metadata,
+                         lease_epoch, created_at)
+VALUES (%(run_id)s, %(policy)s, %(version)s, %(parent_version)s, %(uri)s, %(kind)s,
+        %(metadata)s, %(lease_epoch)s, clock_timestamp())
 ON CONFLICT DO NOTHING
 RETURNING true AS inserted
 """
 CHECKPOINT_URI: LiteralString = (
-    "SELECT uri FROM checkpoints WHERE run_id = %(run_id)s AND version = %(version)s"
+    "SELECT uri FROM checkpoints"
+    " WHERE run_id = %(run_id)s AND policy = %(policy)s AND version = %(version)s"
 )
 CHECKPOINT_COLUMNS: LiteralString = (
     "run_id, version, parent_version, uri, kind,"
-    " extract(epoch FROM created_at)::float8 AS created_at, metadata"
+    " extract(epoch FROM created_at)::float8 AS created_at, metadata, policy"
 )
+# Every policy's checkpoints when %(policy)s is NULL.
 CHECKPOINTS: LiteralString = (
-    "SELECT " + CHECKPOINT_COLUMNS + " FROM checkpoints WHERE run_id = %(run_id)s ORDER BY version"
+    "SELECT " + CHECKPOINT_COLUMNS + " FROM checkpoints WHERE run_id = %(run_id)s"
+    " AND (%(policy)s::text IS NULL OR policy = %(policy)s) ORDER BY policy, version"
 )
-LATEST_CHECKPOINT: LiteralString = CHECKPOINTS + " DESC LIMIT 1"
+LATEST_CHECKPOINT: LiteralString = (
+    "SELECT " + CHECKPOINT_COLUMNS + " FROM checkpoints"
+    " WHERE run_id = %(run_id)s AND policy = %(policy)s ORDER BY version DESC LIMIT 1"
+)
 
 
 def _train_step(*, group_indices: Sequence[int], **columns: Any) -> TrainStepRecord:
     return TrainStepRecord(group_indices=tuple(group_indices), **columns)
 
 
-async def check_groups(conn: Conn, run_id: str, groups: list[int]) -> None:
-    """Raise LedgerError unless every group is a complete train group no step consumed."""
-    params = {"run_id": run_id, "groups": groups}
+async def check_groups(
+    conn: Conn, run_id: str, groups: list[int], policy: str = DEFAULT_POLICY
+) -> None:
+    """Raise LedgerError unless every group is a complete train group no step of `policy`
+    consumed."""
+    params = {"run_id": run_id, "groups": groups, "policy": policy}
     found = {
         row["group_index"]: row
         for row in await fetch_all(conn, dict_row, GROUPS_TO_CONSUME, params)
@@ -104,7 +122,7 @@ async def check_groups(conn: Conn, run_id: str, groups: list[int]) -> None:
         if row["consumed_by_step"] is not None:
             raise LedgerError(
                 f"group {row['group_index']} of run {run_id!r} was already consumed by step "
-                f"{row['consumed_by_step']}"
+                f"{row['consumed_by_step']} (policy {policy!r})"
             )
     for index in groups:
         if index not in found:
@@ -123,6 +141,7 @@ async def insert_checkpoint(conn: Conn, lease: Lease, checkpoint: CheckpointReco
         raise InvalidInput(f"checkpoint.version must be >= 0, got {checkpoint.version!r}")
     params = {
         "run_id": checkpoint.run_id,
+        "policy": checkpoint.policy,
         "version": checkpoint.version,
         "parent_version": checkpoint.parent_version,
         "uri": checkpoint.uri,
@@ -137,7 +156,8 @@ async def insert_checkpoint(conn: Conn, lease: Lease, checkpoint: CheckpointReco
     recorded = await fetch_one(conn, dict_row, CHECKPOINT_URI, params)
     if recorded is not None and recorded["uri"] != checkpoint.uri:
         raise LedgerError(
-            f"checkpoint version {checkpoint.version} of run {checkpoint.run_id!r} was "
+            f"checkpoint version {checkpoint.version} of run {checkpoint.run_id!r} (policy "
+            f"{checkpoint.policy!r}) was "
             f"recorded before at {recorded['uri']!r}, not {checkpoint.uri!r}"
         )
     return False
@@ -147,9 +167,14 @@ class TrainingMixin(LedgerConnection):
     """Complete groups, train steps and checkpoints (see the module docstring)."""
 
     async def complete_groups(
-        self, run_id: str, limit: int, *, only_if_full: bool = False
+        self,
+        run_id: str,
+        limit: int,
+        *,
+        policy: str = DEFAULT_POLICY,
+        only_if_full: bool = False,
     ) -> list[GroupRecord]:
-        """Complete 'train' groups not yet consumed by a train step, oldest first.
+        """Complete 'train' groups not yet consumed by a train step of `policy`, oldest first.
 
         A group is complete when every episode of it has every seat ended (a failed seat counts
         as ended; the `group_status` view). Each episode carries the turns of each seat's
@@ -158,6 +183,8 @@ class TrainingMixin(LedgerConnection):
         Args:
             run_id: The run.
             limit: The most groups to return.
+            policy: The policy whose train steps have not consumed them (each policy trains a
+                group once, on its own agents' turns).
             only_if_full: Return no group unless `limit` are complete: a trainer that waits
                 for a whole step's groups then reads no episode until it has them (reading
                 them at each wake-up cost a step as many reads as it has groups).
@@ -165,7 +192,7 @@ class TrainingMixin(LedgerConnection):
         if limit <= 0:
             return []
         async with self._pool.connection() as conn:
-            params = {"run_id": run_id, "limit": limit}
+            params = {"run_id": run_id, "limit": limit, "policy": policy}
             rows = await fetch_all(conn, dict_row, TRAINABLE_GROUPS, params)
             groups = [row["group_index"] for row in rows]
             if not groups or (only_if_full and len(groups) < limit):
@@ -178,7 +205,7 @@ class TrainingMixin(LedgerConnection):
         by_group: dict[int, list[EpisodeRecord]] = defaultdict(list)
         for record in episodes:
             by_group[record.group_index].append(record)
-        return [GroupRecord(run_id, index, tuple(by_group[index])) for index in groups]
+        return [GroupRecord(run_id, index, tuple(by_group[index]), policy) for index in groups]
 
     async def record_train_step(
         self,
@@ -191,7 +218,8 @@ class TrainingMixin(LedgerConnection):
     ) -> bool:
         """Fenced; atomically marks the groups consumed and records the step + checkpoint.
 
-        Idempotent on (run, step): a retry with the same groups returns False.
+        Idempotent on (run, policy, step): a retry with the same groups returns False. The step
+        is `checkpoint.policy`'s: it consumes the groups for that policy only.
 
         Raises:
             StaleFence: the lease was taken over (nothing is written).
@@ -210,6 +238,7 @@ class TrainingMixin(LedgerConnection):
             raise InvalidInput(f"group_indices repeats a group: {list(group_indices)!r}")
         params = {
             "run_id": run_id,
+            "policy": checkpoint.policy,
             "step": step,
             "groups": groups,
             "metrics": metrics_jsonb("metrics", metrics),
@@ -225,12 +254,13 @@ class TrainingMixin(LedgerConnection):
                 recorded = sorted(row["group_indices"]) if row is not None else []
                 if recorded != groups:
                     raise LedgerError(
-                        f"step {step} of run {run_id!r} was recorded before with groups "
+                        f"step {step} of run {run_id!r} (policy {checkpoint.policy!r}) was "
+                        "recorded before with groups "
                         f"{recorded}, not {groups}"
                     )
                 return False
             if groups:
-                await check_groups(conn, run_id, groups)
+                await check_groups(conn, run_id, groups, checkpoint.policy)
                 await conn.execute(CONSUME_GROUPS, params)
             await insert_checkpoint(conn, lease, checkpoint)
         return True
@@ -242,23 +272,27 @@ class TrainingMixin(LedgerConnection):
             await check_fence(conn, lease)
             return await insert_checkpoint(conn, lease, checkpoint)
 
-    async def latest_checkpoint(self, run_id: str) -> CheckpointRecord | None:
-        """The run's checkpoint of the highest version, or None before the first."""
+    async def latest_checkpoint(
+        self, run_id: str, *, policy: str = DEFAULT_POLICY
+    ) -> CheckpointRecord | None:
+        """`policy`'s checkpoint of the highest version, or None before its first."""
+        params = {"run_id": run_id, "policy": policy}
         async with self._pool.connection() as conn:
-            return await fetch_one(
-                conn, class_row(CheckpointRecord), LATEST_CHECKPOINT, {"run_id": run_id}
-            )
+            return await fetch_one(conn, class_row(CheckpointRecord), LATEST_CHECKPOINT, params)
 
-    async def checkpoints(self, run_id: str) -> list[CheckpointRecord]:
-        """The run's checkpoints, oldest version first."""
+    async def checkpoints(
+        self, run_id: str, *, policy: str | None = DEFAULT_POLICY
+    ) -> list[CheckpointRecord]:
+        """`policy`'s checkpoints (None: every policy's, by policy), oldest version first."""
+        params = {"run_id": run_id, "policy": policy}
         async with self._pool.connection() as conn:
-            return await fetch_all(
-                conn, class_row(CheckpointRecord), CHECKPOINTS, {"run_id": run_id}
-            )
+            return await fetch_all(conn, class_row(CheckpointRecord), CHECKPOINTS, params)
 
-    async def train_steps(self, run_id: str, *, after: int = -1) -> list[TrainStepRecord]:
-        """The run's train steps after step `after` (default: all), in step order."""
+    async def train_steps(
+        self, run_id: str, *, after: int = -1, policy: str | None = DEFAULT_POLICY
+    ) -> list[TrainStepRecord]:
+        """`policy`'s train steps after step `after` (default: all), in step order (None:
+        every policy's, by step then policy)."""
+        params = {"run_id": run_id, "after": after, "policy": policy}
         async with self._pool.connection() as conn:
-            return await fetch_all(
-                conn, kwargs_row(_train_step), TRAIN_STEPS, {"run_id": run_id, "after": after}
-            )
+            return await fetch_all(conn, kwargs_row(_train_step), TRAIN_STEPS, params)

@@ -41,7 +41,8 @@ CREATE TEMP TABLE IF NOT EXISTS turns_staging (
     ord int4, episode_id text, agent int4, attempt int4, turn_index int4, prompt_added int4[],
     completion_tokens int4[], logprobs float8[], version int4, stop_reason text,
     extends_previous bool, started_at float8, ended_at float8, temperature float8,
-    request_added jsonb, prompt_prefix int4, messages_prefix int4, request_inherits text[]
+    request_added jsonb, prompt_prefix int4, messages_prefix int4, request_inherits text[],
+    policy text
 ) ON COMMIT DELETE ROWS
 """
 
@@ -58,14 +59,14 @@ WITH v AS (
     SELECT seat.run_id, v.episode_id, v.agent, v.attempt, v.turn_index, v.prompt_added,
            v.completion_tokens, v.logprobs, v.version, v.stop_reason, v.extends_previous,
            v.started_at, v.ended_at, v.temperature, v.request_added, v.prompt_prefix,
-           v.messages_prefix, v.request_inherits
+           v.messages_prefix, v.request_inherits, v.policy
 """
     + FENCE_AND_REPORT
 )
 
 _HEADER = b"PGCOPY\n\xff\r\n\x00" + struct.pack(">ii", 0, 0)
 _TRAILER = struct.pack(">h", -1)
-_FIELDS = struct.pack(">h", 18)
+_FIELDS = struct.pack(">h", 19)
 _INT4 = struct.Struct(">ii")  # length 4, value
 _FLOAT8 = struct.Struct(">id")  # length 8, value
 _NULL = struct.pack(">i", -1)
@@ -165,6 +166,7 @@ def copy_data(turns: Sequence[Turn], stored: Sequence[Stored]) -> bytes:
                 int4(4, form.prompt_prefix),
                 _NULL if form.messages_prefix is None else int4(4, form.messages_prefix),
                 _texts(form.request_inherits),
+                _text(turn.policy),
             )
             prompt_at += prompt_count
             completion_at += completion_count

@@ -15,7 +15,7 @@ from typing import LiteralString
 INSERT_COLUMNS: LiteralString = (
     "(run_id, episode_id, agent, attempt, turn_index, prompt_added, completion_tokens, logprobs,"
     " version, stop_reason, extends_previous, started_at, ended_at, temperature, request_added,"
-    " prompt_prefix, messages_prefix, request_inherits)"
+    " prompt_prefix, messages_prefix, request_inherits, policy)"
 )
 
 LOCK_SEATS: LiteralString = (

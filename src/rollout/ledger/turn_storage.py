@@ -193,7 +193,8 @@ class TurnCache:
 TURN_COLUMNS: LiteralString = (
     "t.episode_id, t.agent, t.attempt, t.turn_index AS index, t.prompt_added, t.prompt_prefix,"
     " t.messages_prefix, t.request_inherits, t.request_added, t.completion_tokens, t.logprobs,"
-    " t.version, t.stop_reason, t.extends_previous, t.started_at, t.ended_at, t.temperature"
+    " t.version, t.stop_reason, t.extends_previous, t.started_at, t.ended_at, t.temperature,"
+    " t.policy"
 )
 # Every earlier turn of some seat attempts: what a page of turns refers back to.
 HISTORY: LiteralString = (

@@ -81,11 +81,11 @@ WITH v AS (
         %(completion_end)s::int4[], %(version)s::int4[], %(stop_reason)b::text[],
         %(extends_previous)b::bool[], %(started_at)s::float8[], %(ended_at)s::float8[],
         %(temperature)s::float8[], %(request)b::jsonb[], %(prompt_prefix)s::int4[],
-        %(messages_prefix)s::int4[], %(request_inherits)b::text[]
+        %(messages_prefix)s::int4[], %(request_inherits)b::text[], %(policy)b::text[]
     ) WITH ORDINALITY AS v(episode_id, agent, attempt, turn_index, prompt_start, prompt_end,
                           completion_start, completion_end, version, stop_reason,
                           extends_previous, started_at, ended_at, temperature, request,
-                          prompt_prefix, messages_prefix, request_inherits, ord)
+                          prompt_prefix, messages_prefix, request_inherits, policy, ord)
 """
     + LOCK_SEATS
     + """
@@ -95,7 +95,7 @@ WITH v AS (
            (%(logprobs)s::float8[])[v.completion_start:v.completion_end],
            v.version, v.stop_reason, v.extends_previous, v.started_at, v.ended_at,
            v.temperature, v.request, v.prompt_prefix, NULLIF(v.messages_prefix, -1),
-           string_to_array(v.request_inherits, E'\\x1f')
+           string_to_array(v.request_inherits, E'\\x1f'), v.policy
 """
     + FENCE_AND_REPORT
 )
@@ -116,7 +116,7 @@ WITH seat AS (
            %(prompt_tokens)s::int4[], %(completion_tokens)s::int4[], %(logprobs)s::float8[],
            %(version)s, %(stop_reason)s, %(extends_previous)s, %(started_at)s, %(ended_at)s,
            %(temperature)s, %(request)s, %(prompt_prefix)s, %(messages_prefix)s,
-           %(request_inherits)s::text[]
+           %(request_inherits)s::text[], %(policy)s
     FROM seat WHERE seat.attempt = %(attempt)s AND NOT seat.done
     ON CONFLICT DO NOTHING
     RETURNING 1
@@ -150,6 +150,7 @@ def _single_params(turn: Turn, stored: Stored) -> dict[str, Any]:
         "prompt_prefix": stored.prompt_prefix,
         "messages_prefix": stored.messages_prefix,
         "request_inherits": list(stored.request_inherits),
+        "policy": turn.policy,
     }
 
 
@@ -188,6 +189,7 @@ def _batch_params(turns: Sequence[Turn], stored: Sequence[Stored]) -> dict[str, 
             [-1 if f.messages_prefix is None else f.messages_prefix for f in stored]
         ),
         "request_inherits": [INHERIT_SEPARATOR.join(f.request_inherits) for f in stored],
+        "policy": [t.policy for t in turns],
         "prompt_tokens": Int4s(list(chain(f.prompt_added for f in stored)), "turn.prompt_tokens"),
         "completion_tokens": Int4s(
             list(chain(t.completion_tokens for t in turns)), "turn.completion_tokens"

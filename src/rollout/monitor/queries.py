@@ -9,6 +9,7 @@ from rollout.ledger import EpisodeRecord, Ledger, RunRecord
 from rollout.ledger.runs import shown_settings
 from rollout.runs.errors import InvalidRunSpec
 from rollout.runs.live import RunSettings
+from rollout.runs.policies import PolicyMap
 from rollout.runs.spec import RunSpec
 
 
@@ -170,4 +171,35 @@ async def run_detail(ledger: Ledger, run: str) -> dict[str, Any]:
         ],
         "serving": None if serving is None else {"version": serving.version, "uris": serving.uris},
         "serving_acks": acks,
+        "policies": await policy_details(ledger, record),
     }
+
+
+async def policy_details(ledger: Ledger, record: RunRecord) -> dict[str, Any]:
+    """A run with several policies: each one's agents, steps, rewards, checkpoint chain and
+    what it serves (empty for a run with one policy, whose figures are the run's)."""
+    try:
+        training = RunSpec.of(record).training
+    except InvalidRunSpec:
+        return {}
+    mapping = PolicyMap.recorded(training.policies if training is not None else {})
+    if not mapping.several:
+        return {}
+    details: dict[str, Any] = {}
+    for name in mapping.names:
+        steps = [s for s in await ledger.train_steps(record.run_id, policy=name) if s.step > 0]
+        chain = await ledger.checkpoints(record.run_id, policy=name)
+        serving = await ledger.serving(record.run_id, policy=name)
+        rewards = [s.metrics.get("reward", 0.0) for s in steps]
+        details[name] = {
+            "agents": list(mapping.agents_of(name)),
+            "steps": len(steps),
+            "rewards": rewards,
+            "checkpoints": [
+                {"version": c.version, "parent_version": c.parent_version, "uri": c.uri}
+                for c in chain
+            ],
+            "serving": None if serving is None else serving.version,
+            "serving_acks": await ledger.serving_acks(record.run_id, policy=name),
+        }
+    return details

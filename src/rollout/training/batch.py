@@ -3,12 +3,15 @@
 `group_segments(group)` scores every seat of the group per agent role
 (`rollout.training.advantages`), then merges each trained seat's turns into segments
 (`rollout.training.segments`) that carry each turn's advantage. The training loop batches the
-segments of one or more groups into a `TrainBatch` for the provider.
+segments of one or more groups into a `TrainBatch` for the provider. In a run with several
+policies, `policy_group(group, agents)` is the part of a group one policy trains on: only the
+seats of its agents, and only turns its own versions sampled.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import dataclasses
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from rollout.ledger import GroupRecord
@@ -84,6 +87,25 @@ def group_segments(
     return GroupSegments(
         group_index=group.group_index, segments=tuple(segments), seats=tuple(seats)
     )
+
+
+def policy_group(group: GroupRecord, agents: Collection[int]) -> GroupRecord:
+    """The part of `group` its policy (`group.policy`) trains on: the seats (turns and ends) of
+    `agents`, the agents that policy plays, and of those, the turns that policy sampled.
+
+    A turn of one of its agents recorded with another policy (it cannot happen through the
+    gateway, which samples each seat from its agent's policy) is left out: its logprobs are
+    another model's, and training on them would correct against the wrong sampler.
+    """
+    episodes = tuple(
+        dataclasses.replace(
+            episode,
+            turns=tuple(t for t in episode.turns if t.agent in agents and t.policy == group.policy),
+            ends=tuple(e for e in episode.ends if e.agent in agents),
+        )
+        for episode in group.episodes
+    )
+    return dataclasses.replace(group, episodes=episodes)
 
 
 def segments_of_groups(

@@ -18,6 +18,13 @@ train step, serving record); it then stands down with one line (`FencedOut`) and
 more. Its checkpoint files never replace the new holder's: each upload's key carries the lease
 epoch (`checkpoint_uri`). A restarted trainer resumes from the last recorded checkpoint.
 
+Several policies (`RunConfig.policies`): the one trainer steps each policy in turn, under the
+run's one lease (so fencing holds for every policy's writes). Each policy has its own provider
+(its LoRA rank and learning rate), version chain, checkpoints (`checkpoint_uri(..., policy)`)
+and serving record; its step takes the complete groups its own steps have not trained yet and
+trains only the turns of its own agents (`rollout.training.batch.policy_group`). The run
+finishes once every policy reached `steps`.
+
 Publish order: the checkpoint folder is uploaded and checked (`rollout.blobs.upload_dir`,
 retried with backoff) before its record is written, so a checkpoint record never points at a
 missing or partial folder; a serving record is written only when its files exist.
@@ -31,11 +38,12 @@ import random
 import shutil
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rollout.blobs import UPLOAD_ATTEMPTS, BlobError, BlobStore, upload_dir
-from rollout.contracts import Message
+from rollout.contracts import DEFAULT_POLICY, Message
 from rollout.harness.core import Environment
 from rollout.harness.loading import load_environment
 from rollout.harness.seeds import episode_seed
@@ -54,10 +62,11 @@ from rollout.ledger.leases import trainer_lease
 from rollout.procs import process_label
 from rollout.runs import live
 from rollout.runs.config import EvalSchedule, RunConfig
+from rollout.runs.policies import PolicyMap
 from rollout.runs.spec import RunSpec
 from rollout.training import retention
 from rollout.training.advantages import AdvantageConfig
-from rollout.training.batch import segments_of_groups
+from rollout.training.batch import policy_group, segments_of_groups
 from rollout.training.errors import FencedOut
 from rollout.training.loss import LossConfig
 from rollout.training.providers.base import TrainBatch, TrainingProvider
@@ -72,23 +81,33 @@ RENEW_SECONDS = 2.0
 revived after a pause renews before its next step and stands down at once if it was taken over."""
 
 
-def checkpoint_uri(run_id: str, version: int, epoch: int | None = None) -> str:
+def checkpoint_uri(
+    run_id: str, version: int, epoch: int | None = None, policy: str = DEFAULT_POLICY
+) -> str:
     """The blob key of a checkpoint; with the writer's lease `epoch` in it, two trainers (a
-    revived old one and its successor) never write the same key."""
+    revived old one and its successor) never write the same key. A policy other than the
+    default has a folder of its own.
+
+    Example:
+        >>> checkpoint_uri("r1", 3, 2), checkpoint_uri("r1", 3, 2, policy="scout")
+        ('runs/r1/checkpoints/v000003-e2', 'runs/r1/checkpoints/scout/v000003-e2')
+    """
     suffix = "" if epoch is None else f"-e{epoch}"
-    return f"runs/{run_id}/checkpoints/v{version:06d}{suffix}"
+    folder = "" if policy == DEFAULT_POLICY else f"{policy}/"
+    return f"runs/{run_id}/checkpoints/{folder}v{version:06d}{suffix}"
 
 
-def make_provider(config: RunConfig, model_dir: Path) -> Any:
-    """The run's training provider: `torch` (this machine) or `tinker` (hosted)."""
+def make_provider(config: RunConfig, model_dir: Path, policy: str = DEFAULT_POLICY) -> Any:
+    """The training provider of `policy` (the run's only one by default): `torch` (this
+    machine) or `tinker` (hosted), with the policy's LoRA rank and learning rate."""
     if config.provider == "tinker":
         from rollout.training.providers.tinker import TinkerProvider
 
         return TinkerProvider.from_config(config)
     return TorchProvider(
         model_dir,
-        lora_rank=config.lora_rank,
-        lr=config.learning_rate,
+        lora_rank=config.lora_rank_of(policy),
+        lr=config.learning_rate_of(policy),
         grad_clip=config.grad_clip,
         device=config.device,
         dtype=config.dtype,
@@ -96,6 +115,22 @@ def make_provider(config: RunConfig, model_dir: Path) -> Any:
         micro_batch_tokens=config.micro_batch_tokens,
         gradient_checkpointing=config.gradient_checkpointing,
     )
+
+
+@dataclass
+class _PolicyState:
+    """One policy's training state in the trainer (see the module docstring)."""
+
+    name: str
+    agents: tuple[int, ...] | None
+    """The agents it trains on (None: every agent, the run's only policy)."""
+    provider: Any
+    version: int = 0
+    recent: list[float] = field(default_factory=list)
+    idle_since: float = field(default_factory=time.monotonic)
+
+    def trained_group(self, group: GroupRecord) -> GroupRecord:
+        return group if self.agents is None else policy_group(group, self.agents)
 
 
 class Trainer:
@@ -167,53 +202,87 @@ class Trainer:
         lease = await self._wait_for_lease(stop)
         if lease is None:
             return
-        provider = await asyncio.to_thread(make_provider, config, model_dir)
-        latest = await self.ledger.latest_checkpoint(self.run_id)
-        if latest is not None:
-            local = self.work_dir / f"restore-v{latest.version}"
-            await asyncio.to_thread(self.blobs.get_dir, latest.uri, local)
-            await asyncio.to_thread(provider.load, local)
-            version = latest.version
-            log.info("resumed %s at v%s", self.run_id, version)
-        else:
-            metrics = await asyncio.to_thread(
-                self._warmup, provider, environment, config, model_dir
-            )
-            await self._save(provider, lease, 0, None, [], metrics)
-            version = 0
+        mapping = PolicyMap.recorded(config.policies)
+        policies: list[_PolicyState] = []
+        for name in mapping.names:
+            provider = await asyncio.to_thread(make_provider, config, model_dir, name)
+            agents = mapping.agents_of(name) if mapping.several else None
+            state = _PolicyState(name, agents, provider)
+            latest = await self.ledger.latest_checkpoint(self.run_id, policy=name)
+            if latest is not None:
+                local = self.work_dir / f"restore-{name}-v{latest.version}"
+                await asyncio.to_thread(self.blobs.get_dir, latest.uri, local)
+                await asyncio.to_thread(provider.load, local)
+                state.version = latest.version
+                log.info("resumed %s policy %s at v%s", self.run_id, name, state.version)
+            else:
+                metrics = await asyncio.to_thread(
+                    self._warmup, provider, environment, config, model_dir
+                )
+                await self._save(provider, lease, 0, None, [], metrics, policy=name)
+            policies.append(state)
         group_size = config.group_size or environment.group_size
-        recent: list[float] = []
-        idle_since = time.monotonic()  # the step's wait: from the previous record to compute
-        while not stop.is_set() and version < config.steps:
-            target = config.stop_at_reward
-            if target is not None and len(recent) >= 3 and sum(recent[-3:]) / 3 >= target:
+        target = config.stop_at_reward
+        while not stop.is_set():
+            active = [p for p in policies if p.version < config.steps]
+            if not active:
+                break
+            if target is not None and all(
+                len(p.recent) >= 3 and sum(p.recent[-3:]) / 3 >= target for p in policies
+            ):
                 log.info("mean reward of the last 3 steps reached %s", target)
                 break
             lease = await self._renew()
-            await self._publish_serving(lease)
-            await self._queue_groups(environment, config, group_size, version)
-            groups = await self.ledger.complete_groups(
-                self.run_id, config.groups_per_step, only_if_full=True
-            )
-            if len(groups) < config.groups_per_step:
-                await self.ledger.wait(["groups", "conversions"], 1.0, run_id=self.run_id)
-                continue
-            began = time.monotonic()
-            sleep = config.backend == "vllm" and config.vllm.sleep_while_training
-            async with engines_asleep(self.ledger, self.run_id, sleep):  # colocated GPU
-                metrics = await asyncio.to_thread(
-                    self._step, provider, groups, config, version, environment
+            for policy in policies:
+                await self._publish_serving(lease, policy=policy.name)
+            slowest = min(p.version for p in policies)  # groups are queued for every policy
+            await self._queue_groups(environment, config, group_size, slowest)
+            stepped = False
+            for policy in active:  # each policy in turn, on the groups it has not trained
+                groups = await self.ledger.complete_groups(
+                    self.run_id, config.groups_per_step, policy=policy.name, only_if_full=True
                 )
-            metrics["step_seconds"] = time.monotonic() - began  # forward, backward, optimizer
-            metrics["wait_seconds"] = began - idle_since  # groups, queueing, serving publish
-            lease = await self._renew()
-            await self._save(provider, lease, version + 1, version, groups, metrics)
-            idle_since = time.monotonic()
-            version += 1
-            recent.append(metrics["reward"])
+                if len(groups) < config.groups_per_step:
+                    continue
+                await self._train_step(policy, groups, config, environment)
+                stepped = True
+            if not stepped:
+                await self.ledger.wait(["groups", "conversions"], 1.0, run_id=self.run_id)
         if not stop.is_set():
-            await self._publish_until_served(stop)
+            for policy in policies:
+                await self._publish_until_served(stop, policy=policy.name)
             await self.ledger.set_setting(self.run_id, live.FINISHED, True)
+
+    async def _train_step(
+        self,
+        policy: _PolicyState,
+        groups: list[GroupRecord],
+        config: RunConfig,
+        environment: Environment,
+    ) -> None:
+        """One step of `policy` on `groups` (only its agents' turns), saved and recorded."""
+        began = time.monotonic()
+        sleep = config.backend == "vllm" and config.vllm.sleep_while_training
+        trained = [policy.trained_group(group) for group in groups]
+        async with engines_asleep(self.ledger, self.run_id, sleep):  # colocated GPU
+            metrics = await asyncio.to_thread(
+                self._step, policy.provider, trained, config, policy.version, environment
+            )
+        metrics["step_seconds"] = time.monotonic() - began  # forward, backward, optimizer
+        metrics["wait_seconds"] = began - policy.idle_since  # groups, queueing, serving
+        lease = await self._renew()
+        await self._save(
+            policy.provider,
+            lease,
+            policy.version + 1,
+            policy.version,
+            groups,
+            metrics,
+            policy=policy.name,
+        )
+        policy.idle_since = time.monotonic()
+        policy.version += 1
+        policy.recent.append(metrics["reward"])
 
     async def _wait_for_lease(self, stop: asyncio.Event) -> Lease | None:
         while not stop.is_set():
@@ -322,12 +391,14 @@ class Trainer:
         parent: int | None,
         groups: list[GroupRecord],
         metrics: dict[str, float],
+        *,
+        policy: str = DEFAULT_POLICY,
     ) -> None:
         began = time.monotonic()
-        local = self.work_dir / f"v{version}"
+        local = self.work_dir / f"{policy}-v{version}"
         await asyncio.to_thread(shutil.rmtree, local, True)  # left by a failed earlier try
         saved = await asyncio.to_thread(provider.save, local)
-        uri = checkpoint_uri(self.run_id, version, lease.epoch)
+        uri = checkpoint_uri(self.run_id, version, lease.epoch, policy)
         # Uploaded and checked before it is recorded: a record never names a partial folder.
         await asyncio.to_thread(
             upload_dir,
@@ -345,6 +416,7 @@ class Trainer:
             kind=saved.kind,
             created_at=time.time(),
             metadata=dict(saved.metadata),
+            policy=policy,
         )
         metrics["save_seconds"] = time.monotonic() - began  # save + upload, before the record
         await self.ledger.record_train_step(
@@ -355,9 +427,11 @@ class Trainer:
             {k: float(v) for k, v in metrics.items()},
             checkpoint,
         )
-        log.info("step %s: %s", version, metrics)
+        log.info(
+            "step %s%s: %s", version, "" if policy == DEFAULT_POLICY else f" {policy}", metrics
+        )
         for schedule in self.evals:  # scheduled evals: the evaluator role plays them
-            if schedule.due(version):
+            if schedule.due(version) and policy == DEFAULT_POLICY:  # per policy: not yet
                 await self.ledger.request_eval(self.run_id, schedule.suite, version)
         # The local save was only the upload's source; old checkpoints' files go by retention.
         await asyncio.to_thread(shutil.rmtree, local, True)
@@ -397,15 +471,15 @@ class Trainer:
         await self.ledger.add_episodes(self.run_id, specs)
         await self.ledger.set_setting(self.run_id, live.GROUPS_QUEUED, wanted)
 
-    async def _publish_serving(self, lease: Lease) -> bool:
-        """Serve the newest checkpoint that every backend has a conversion for."""
-        latest = await self.ledger.latest_checkpoint(self.run_id)
+    async def _publish_serving(self, lease: Lease, *, policy: str = DEFAULT_POLICY) -> bool:
+        """Serve `policy`'s newest checkpoint once every backend has a conversion of it."""
+        latest = await self.ledger.latest_checkpoint(self.run_id, policy=policy)
         if latest is None:
             return False
-        current = await self.ledger.serving(self.run_id)
+        current = await self.ledger.serving(self.run_id, policy=policy)
         if current is not None and current.version >= latest.version:
             return True
-        conversions = await self.ledger.conversions(self.run_id, latest.version)
+        conversions = await self.ledger.conversions(self.run_id, latest.version, policy=policy)
         if self.backend not in conversions:
             return False
         missing = await asyncio.to_thread(self._missing_blobs, conversions.values())
@@ -419,6 +493,7 @@ class Trainer:
                 version=latest.version,
                 uris=dict(conversions),
                 created_at=time.time(),
+                policy=policy,
             ),
         )
         return True
@@ -434,14 +509,16 @@ class Trainer:
                 continue
         return missing
 
-    async def _publish_until_served(self, stop: asyncio.Event) -> None:
-        """Publish the newest checkpoint and wait (a minute at most) until a server says it
-        serves it: a run is finished only once its last checkpoint was served."""
+    async def _publish_until_served(
+        self, stop: asyncio.Event, *, policy: str = DEFAULT_POLICY
+    ) -> None:
+        """Publish `policy`'s newest checkpoint and wait (a minute at most) until a server
+        says it serves it: a run is finished only once its last checkpoints were served."""
         deadline = time.monotonic() + 60
-        latest = await self.ledger.latest_checkpoint(self.run_id)
+        latest = await self.ledger.latest_checkpoint(self.run_id, policy=policy)
         while not stop.is_set() and time.monotonic() < deadline:
-            if await self._publish_serving(await self._renew()):
-                acks = await self.ledger.serving_acks(self.run_id)
+            if await self._publish_serving(await self._renew(), policy=policy):
+                acks = await self.ledger.serving_acks(self.run_id, policy=policy)
                 if latest is None or max(acks.values(), default=-1) >= latest.version:
                     return
             await self.ledger.wait(["conversions", "serving_acks"], 1.0, run_id=self.run_id)

@@ -1,0 +1,107 @@
+"""Two policies in one run: the two-role gridworld (`gridworld.environment:pair`) through
+`rollout train` on the cpu-tiny preset, one policy per role.
+
+The walker (agent 0) is rewarded for a move toward its goal, the avoider (agent 1) for a move
+away from its own; both read views of the same shape (`mate -1,0. goal 1r.`), so one shared
+policy could not serve both. The run names a policy per role (`policies: {walker: {agents:
+[walker]}, avoider: {agents: [avoider]}}`); the trainer steps each in turn on its own agents'
+turns. Chance: the walker 0.25 (one of four moves is right), the avoider about 0.75 (three of
+four take it farther, less where a wall blocks). Replies that are no move cost 0.5 each.
+
+The benchmark prints, per policy, the mean reward of the first and last `--window` steps with
+their standard errors (the baseline is the same run's first steps) and writes the per-step
+curves with `--out`. The recipe is `benchmarks/gridworld_learning.py`'s.
+
+Run: `uv run python benchmarks/gridworld_policies.py --steps 40 --out /tmp/policies.json`
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from gridworld_learning import OVERRIDES, _mean, _sem  # the same recipe and statistics
+
+from rollout.ledger import stop_embedded
+
+POLICIES = "policies={walker: {agents: [walker]}, avoider: {agents: [avoider]}}"
+
+
+def policy_rewards(state: Path, run_id: str) -> dict[str, list[float]]:
+    """Each policy's per-step mean reward (its agents' seats only), from the run's ledger."""
+    from rollout.ledger import Ledger
+
+    async def read() -> dict[str, list[float]]:
+        ledger = await Ledger.connect(state_dir=state)
+        try:
+            steps = await ledger.train_steps(run_id, policy=None)
+        finally:
+            await ledger.close()
+        rewards: dict[str, list[float]] = {}
+        for step in sorted(steps, key=lambda s: (s.policy, s.step)):
+            if step.step > 0:
+                rewards.setdefault(step.policy, []).append(step.metrics["reward"])
+        return rewards
+
+    return asyncio.run(read())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--groups", type=int, default=8, help="groups per step")
+    parser.add_argument("--window", type=int, default=5)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--set", dest="overrides", action="append", default=[])
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    state = Path(tempfile.mkdtemp(prefix="gridworld-policies-"))
+    command = [
+        *(sys.executable, "-m", "rollout.cli", "train", "gridworld.environment:pair"),
+        *("--preset", "cpu-tiny", "--steps", str(args.steps), "--json"),
+    ]
+    overrides = [*OVERRIDES, f"groups_per_step={args.groups}", f"seed={args.seed}", POLICIES]
+    for override in [*overrides, *args.overrides]:
+        command += ["--set", override]
+    env = dict(os.environ, ROLLOUT_STATE_DIR=str(state))
+    env.pop("ROLLOUT_DATABASE_URL", None)
+    began = time.monotonic()
+    result = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+    seconds = time.monotonic() - began
+    if result.returncode != 0:
+        sys.exit(f"rollout train failed:\n{result.stderr[-3000:]}")
+    summary = json.loads(result.stdout)
+    try:
+        rewards = policy_rewards(state, summary["run_id"])
+    finally:
+        stop_embedded(state)
+    report: dict[str, Any] = {"seconds": round(seconds, 1), "policies": {}}
+    for policy, values in rewards.items():
+        first, last = values[: args.window], values[-args.window :]
+        report["policies"][policy] = {
+            "steps": len(values),
+            "first_mean": _mean(first),
+            "first_sem": _sem(first),
+            "last_mean": _mean(last),
+            "last_sem": _sem(last),
+            "rewards": values,
+        }
+        print(
+            f"{policy}: {len(values)} steps, reward {_mean(first):.3f} +- {_sem(first):.3f} -> "
+            f"{_mean(last):.3f} +- {_sem(last):.3f} (first vs last {args.window} steps)"
+        )
+    print(f"{seconds:.0f} s")
+    if args.out is not None:
+        args.out.write_text(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()
