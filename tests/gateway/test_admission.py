@@ -10,7 +10,7 @@ from rollout.ledger import CheckpointRecord, EpisodeSpec, Ledger
 from rollout.ledger.leases import trainer_lease
 
 
-async def publish(ledger: Ledger, run_id: str, version: int) -> None:
+async def publish(ledger: Ledger, run_id: str, version: int, policy: str = "main") -> None:
     lease = await ledger.acquire_lease(trainer_lease(run_id), "trainer-test")
     await ledger.record_checkpoint(
         lease,
@@ -18,10 +18,11 @@ async def publish(ledger: Ledger, run_id: str, version: int) -> None:
             run_id=run_id,
             version=version,
             parent_version=version - 1 if version else None,
-            uri=f"runs/{run_id}/v{version}",
+            uri=f"runs/{run_id}/{policy}/v{version}",
             kind="full",
             created_at=0.0,
             metadata={},
+            policy=policy,
         ),
     )
 
@@ -124,6 +125,38 @@ async def test_a_lag_view_read_with_the_key_admits_without_a_read_of_its_own(
     await ledger.ack_serving(run.run_id, "server-a", 1)
     assert (await asyncio.wait_for(waiting, 5)).serving == 1
     assert reads >= 1
+
+
+async def test_a_key_brings_the_default_policys_lag_view_and_another_policys_gate_reads_its_own(
+    ledger: Ledger,
+) -> None:
+    """With several policies the key's view (policy main's) admits only main's turns: the
+    gate of another policy, whose server lags behind, reads that policy's versions."""
+    run = await ledger.create_run("lag-policies", "parity.environment:environment", {})
+    await ledger.set_setting(run.run_id, "max_lag", 0)
+    await publish(ledger, run.run_id, 0)
+    await ledger.ack_serving(run.run_id, "server-a", 0)
+    for version in range(3):
+        await publish(ledger, run.run_id, version, policy="scout")
+    await ledger.ack_serving(run.run_id, "server-a", 1, policy="scout")
+    await ledger.add_episodes(run.run_id, [EpisodeSpec(0, 0, {}, seed=0)])
+    claim = await ledger.claim_seat("runner-a", run_id=run.run_id)
+    assert claim is not None
+    info = await ledger.resolve_key(claim.api_key)
+    assert info is not None and info.lag is not None
+    assert (info.lag.policy, info.lag.newest, info.lag.serving) == ("main", 0, 0)
+    main, scout = LagGate(ledger, run.run_id), LagGate(ledger, run.run_id, policy="scout")
+    assert (await main.admit(timeout=5, read=info.lag)).serving == 0
+    waiting = asyncio.create_task(scout.admit(timeout=10, read=info.lag))
+    await asyncio.sleep(0.3)
+    assert not waiting.done()  # scout serves 1 of 2 with max_lag 0: main's view did not admit it
+    await ledger.ack_serving(run.run_id, "server-a", 2, policy="scout")
+    state = await asyncio.wait_for(waiting, 5)
+    assert (state.newest, state.serving) == (2, 2)
+    # A policy's own max_lag wins over the run's setting.
+    await publish(ledger, run.run_id, 3, policy="scout")
+    relaxed = LagGate(ledger, run.run_id, policy="scout", max_lag=1)
+    assert (await relaxed.admit(timeout=5)).max_lag == 1
 
 
 async def test_a_cached_key_brings_no_lag_view(ledger: Ledger) -> None:
