@@ -15,7 +15,7 @@ from rollout.errors import RolloutError
 from rollout.launch import progress as progress_module
 from rollout.launch.model_folder import resolve_model
 from rollout.launch.new_run import create_run, training_config
-from rollout.launch.progress import TrainingProgress, watch_training
+from rollout.launch.progress import TrainingProgress, say_while, watch_training
 from rollout.launch.summary import print_summary, summarize
 from rollout.ledger import CheckpointRecord, Lease, Ledger
 from rollout.ledger.leases import trainer_lease
@@ -156,6 +156,23 @@ async def test_piped_output_gets_a_line_at_least_every_few_seconds(
     lines = out.getvalue().splitlines()
     assert len(lines) >= 4, lines  # nothing changed, yet a line came every 0.1 s
     assert all(line.startswith("training step 0/3  starting roles") for line in lines), lines
+
+
+async def test_a_long_stop_says_so_on_piped_output(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(progress_module, "PLAIN_EVERY_S", 0.1)  # 5 s in use: a tenth here
+    out = io.StringIO()
+
+    async def stop() -> str:
+        await asyncio.sleep(0.55)
+        return "stopped"
+
+    assert await say_while(Console(file=out), "stopping the roles", stop()) == "stopped"
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "stopping the roles..." and len(lines) >= 5, lines  # one every 0.1 s
+    assert all(line.startswith("stopping the roles... ") for line in lines[1:]), lines
+    terminal = io.StringIO()  # a terminal gets the first line only
+    await say_while(Console(file=terminal, force_terminal=True), "stopping", asyncio.sleep(0.3))
+    assert terminal.getvalue().splitlines() == ["stopping..."]
 
 
 async def test_watch_stops_with_the_roles_reason(ledger: Ledger, run_id: str) -> None:

@@ -128,15 +128,16 @@ def test_the_guides_environment_learns_on_cpu_text_with_no_other_setting(
     )
     assert train.stderr is not None
     shown, arrivals = [], []
+    interrupted = False
     try:
         for line in train.stderr:  # piped: whole plain lines, one per change or every 5 s
             shown.append(line)
-            if line.startswith("training step "):
+            if line.startswith(("training step ", "stopping the roles")):
                 arrivals.append(time.monotonic())
             step = re.match(r"training step (\d+)/", line)
-            if step and int(step.group(1)) >= STEPS_SEEN:
-                train.send_signal(signal.SIGINT)
-                break
+            if step and int(step.group(1)) >= STEPS_SEEN and not interrupted:
+                train.send_signal(signal.SIGINT)  # then read on: the roles stop, still saying so
+                interrupted = True
         out, err = train.communicate(timeout=120)
     finally:
         if train.poll() is None:
@@ -145,8 +146,9 @@ def test_the_guides_environment_learns_on_cpu_text_with_no_other_setting(
     assert train.returncode == 0, "".join(shown)[-3000:]
     text = "".join(shown)
     assert "cannot read" not in text and "no format warm-up" not in text, text[:2000]
-    # `rollout train ... | cat`: from the first progress line to the last (the run finished or
-    # was stopped), a reader of the pipe is never left 10 s without one.
+    # `rollout train ... | cat`: from the first progress line until the roles have stopped (the
+    # run finished or was stopped), a reader of the pipe is never left 10 s without a line.
+    assert any(line.startswith("stopping the roles") for line in shown), shown[-5:]
     gaps = [later - earlier for earlier, later in itertools.pairwise(arrivals)]
     assert max(gaps) <= PIPED_GAP_S, f"{max(gaps):.1f} s without a progress line: {shown}"
     summary = json.loads(out)

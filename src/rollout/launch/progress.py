@@ -28,9 +28,11 @@ Example:
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -79,6 +81,25 @@ def status_line(
 
 PLAIN_EVERY_S = 5.0
 """With output that is not a terminal: a progress line at least this often (and at each change)."""
+
+
+T = TypeVar("T")
+
+
+async def say_while(console: Console, what: str, work: Awaitable[T]) -> T:
+    """Await `work`, printing `what...` first and, on output that is not a terminal, again with
+    the seconds so far every `PLAIN_EVERY_S`, so that piped output never goes quiet for long
+    (stopping a run's roles takes many seconds)."""
+    console.print(f"{what}...", highlight=False, markup=False, soft_wrap=True)
+    task = asyncio.ensure_future(work)
+    began = time.monotonic()
+    while True:
+        done, _ = await asyncio.wait({task}, timeout=PLAIN_EVERY_S)
+        if done:
+            return task.result()
+        if not console.is_terminal:
+            seconds = time.monotonic() - began
+            console.print(f"{what}... {seconds:.0f} s", highlight=False, markup=False)
 
 
 class _PlainLines:

@@ -55,7 +55,7 @@ from rollout.launch.model_folder import resolve_model
 from rollout.launch.new_run import create_run, resolve_policies, run_name, training_config
 from rollout.launch.owner import owned_env
 from rollout.launch.presets import stored_preset
-from rollout.launch.progress import TrainingProgress, watch_training
+from rollout.launch.progress import TrainingProgress, say_while, watch_training
 from rollout.launch.readable import readability_note
 from rollout.launch.summary import print_summary, summarize
 from rollout.ledger import COMMAND_WAIT_S, Ledger, RunRecord, ledger_url
@@ -266,7 +266,7 @@ async def _train(
                 task.uncancel()
             interrupted = True
         finally:
-            await asyncio.to_thread(roles.stop)
+            await say_while(console, "stopping the roles", asyncio.to_thread(roles.stop))
         if interrupted:
             # The steps recorded up to the stop, read after it (the last poll may be older).
             await progress.poll(ledger)
