@@ -81,8 +81,9 @@ async def start_backend(
     """
     name = backend_name(spec)
     training = spec.training
-    mapping = PolicyMap.recorded(training.policies if training is not None else {})
-    several = per_policy and mapping.several
+    # Only the inference role asks for each policy's backend (the evaluator samples main's).
+    mapping = PolicyMap.recorded(training.policies if training is not None and per_policy else {})
+    several = mapping.several
     if name == SCRIPTED:
         from rollout.inference.scripted import ScriptedBackend
         from rollout.models import default_tokenizer_dir
