@@ -29,6 +29,7 @@ from rollout.ledger import Ledger
 from rollout.training.providers.torch import TorchProvider
 from rollout.training.segments import Segment
 from tests.inference.test_vllm_backend import require_vllm
+from tests.launch.off_policy import run_turns
 from tests.training.logprob_helpers import abs_diffs
 
 pytestmark = pytest.mark.slow
@@ -68,11 +69,7 @@ async def _ledger_facts(database_url: str, run_id: str) -> tuple[list, list, dic
         checkpoints = await ledger.checkpoints(run_id)
         steps = await ledger.train_steps(run_id)
         acks = await ledger.serving_acks(run_id)
-        turns = []
-        cursor = 0
-        while page := await ledger.turns_for_run(run_id, since=cursor, limit=5000):
-            cursor = page[-1][0]
-            turns.extend(turn for _, turn in page)
+        turns = await run_turns(ledger, run_id)
     finally:
         await ledger.close()
     return checkpoints, steps, acks, turns
