@@ -92,8 +92,15 @@ def computer_template() -> Template:
 
 
 async def team_reward(computer: Computer) -> tuple[float, CommandResult]:
-    """1.0 when the tests exist, at least one runs, and all pass; the test run's result."""
-    result = await computer.run(["python3", "-m", "unittest", "-v", TESTS[:-3]], timeout=60)
+    """1.0 when the tests exist, at least one runs, and all pass; the test run's result.
+
+    The tests run from source, never from bytecode an earlier run cached: Python trusts a cached
+    module whose source has the same size and modification second, so a solution rewritten
+    within a second (`a + b` to `a - b`) was graded by its old bytecode. `-B` writes no cache and
+    the cache prefix names a folder that does not exist, so none is read either.
+    """
+    argv = ["python3", "-B", "-X", "pycache_prefix=/nonexistent/rollout-grader"]
+    result = await computer.run([*argv, "-m", "unittest", "-v", TESTS[:-3]], timeout=60)
     ran = re.search(r"^Ran (\d+) tests?", result.stderr, re.MULTILINE)
     passed = result.ok and ran is not None and int(ran.group(1)) >= 1
     return (1.0 if passed else 0.0), result

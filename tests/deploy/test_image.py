@@ -139,6 +139,8 @@ def _expected_row(name: str) -> tuple[str, str]:
         missing.append("vLLM's environment (`rollout setup vllm`)")
     if "tinker" in (config.backend, config.provider) and lacks["tinker"]:
         missing.append("the `tinker` extra (`uv sync --extra tinker`)")
+    if "Minecraft" in config.description and lacks["node"]:  # the preset plays minecraft_team
+        missing.append("Node.js (minecraft_team's server and bots)")
     if missing:
         return "no", ", ".join(missing)
     if config.device.startswith("cuda"):

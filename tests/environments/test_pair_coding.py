@@ -76,7 +76,11 @@ async def test_two_runner_processes_code_in_one_computer(
             listing = await computer.run("ls *.py")
             assert listing.stdout.split() == [SOLUTION, TESTS], listing.report()
             assert (await team_reward(computer))[0] == 1.0
+            # Rewritten with the same size and modification time: a grader that trusted the
+            # bytecode the agent's own test run cached would still see `a + b`.
+            stamp = (await computer.run(["stat", "-c", "%Y", SOLUTION])).stdout.strip()
             await computer.write(SOLUTION, "def add(a, b):\n    return a - b\n")
+            assert (await computer.run(["touch", "-d", f"@{stamp}", SOLUTION])).ok
             reward, tests = await team_reward(computer)
             assert reward == 0.0 and "FAILED" in tests.stderr, tests.report()
     finally:

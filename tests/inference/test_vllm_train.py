@@ -14,6 +14,7 @@ Measured on a 2-core machine: cpu-vllm takes 2-3 s a step; a server starts in ab
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 import subprocess
@@ -28,6 +29,7 @@ from rollout.ledger import Ledger
 from rollout.training.providers.torch import TorchProvider
 from rollout.training.segments import Segment
 from tests.inference.test_vllm_backend import require_vllm
+from tests.launch.off_policy import run_turns
 from tests.training.logprob_helpers import abs_diffs
 
 pytestmark = pytest.mark.slow
@@ -67,11 +69,7 @@ async def _ledger_facts(database_url: str, run_id: str) -> tuple[list, list, dic
         checkpoints = await ledger.checkpoints(run_id)
         steps = await ledger.train_steps(run_id)
         acks = await ledger.serving_acks(run_id)
-        turns = []
-        cursor = 0
-        while page := await ledger.turns_for_run(run_id, since=cursor, limit=5000):
-            cursor = page[-1][0]
-            turns.extend(turn for _, turn in page)
+        turns = await run_turns(ledger, run_id)
     finally:
         await ledger.close()
     return checkpoints, steps, acks, turns
@@ -102,11 +100,17 @@ def test_cpu_vllm_preset_learns_to_its_target_through_vllm(
     final = int(summary["steps"])  # type: ignore[arg-type]
     assert sorted(c.version for c in checkpoints) == list(range(final + 1))
     assert set(acks.values()) == {final}  # the last checkpoint was served too
-    # Every published checkpoint was served, in order (a checkpoint is published once the
-    # bridge converted it, unless a newer one was converted first).
+    # The server kept up with the trainer: it served published checkpoints in order, the last
+    # one included, and skipped a checkpoint only when the next one was published while it
+    # loaded (steps take under a second here, about a reload): never two in a row, so it was
+    # never more than one publication behind. (A checkpoint is published once the bridge
+    # converted it, unless a newer one was converted first.)
     published, acknowledged = _published_and_acknowledged(database_url, run_id)
     assert published == sorted(published) and published[-1] == final
-    assert acknowledged == published, sorted(set(published) ^ set(acknowledged))
+    assert acknowledged == sorted(set(acknowledged)) and set(acknowledged) <= set(published)
+    served = [v in set(acknowledged) for v in published]
+    missed = sorted(set(published) - set(acknowledged))
+    assert not any(not a and not b for a, b in itertools.pairwise(served)), missed
     rewards = [s.metrics["reward"] for s in sorted(steps, key=lambda s: s.step) if s.step > 0]
     first, last = sum(rewards[:3]) / 3, sum(rewards[-3:]) / 3
     assert first < 0.75 and last >= 0.9, rewards

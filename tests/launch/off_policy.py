@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 from bisect import bisect_right
 
+from rollout.contracts import Turn
 from rollout.ledger import Ledger
 
 COMMIT_SLACK_S = 0.25
@@ -19,6 +20,16 @@ COMMIT_SLACK_S = 0.25
 commit is flushed, a turn that starts is rightly gated on the checkpoint before it. Turns that
 start within this much of a checkpoint's `created_at` are measured against the one before
 (a step takes over half a second here, so a gate that let a whole step through is still seen)."""
+
+
+async def run_turns(ledger: Ledger, run_id: str) -> list[Turn]:
+    """Every turn of run `run_id`, read page by page."""
+    turns: list[Turn] = []
+    cursor = 0
+    while page := await ledger.turns_for_run(run_id, since=cursor, limit=5000):
+        cursor = page[-1][0]
+        turns.extend(turn for _, turn in page)
+    return turns
 
 
 def check_off_policy(database_url: str, run_id: str, *, steps: int, max_lag: int) -> None:
@@ -31,11 +42,7 @@ async def _check(database_url: str, run_id: str, steps_taken: int, max_lag: int)
     try:
         checkpoints = sorted(await ledger.checkpoints(run_id), key=lambda c: c.created_at)
         steps = await ledger.train_steps(run_id)
-        turns = []
-        cursor = 0
-        while page := await ledger.turns_for_run(run_id, since=cursor, limit=5000):
-            cursor = page[-1][0]
-            turns.extend(turn for _, turn in page)
+        turns = await run_turns(ledger, run_id)
     finally:
         await ledger.close()
     assert [c.version for c in checkpoints] == list(range(steps_taken + 1))

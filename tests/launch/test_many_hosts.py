@@ -288,6 +288,11 @@ def test_a_lost_runner_host_then_a_lost_trainer_host_lose_nothing(cluster: Clust
 
     with cluster.running("lossy") as ups:
         _wait_for(cluster, "step 1", lambda: step() >= 1, ups, timeout=600)
+        # Lose the host while it plays: a seat takes well under a second here, so wait for a
+        # moment when it holds some (CI once caught it holding none).
+        _wait_for(cluster, "a seat held on the runner2 host",
+                  lambda: held_seats(cluster.database_url, run_id, time.time(), host="runner2"),
+                  ups, timeout=300)  # fmt: skip
         before = time.time()
         assert runner2.kill_all()  # the host is lost: its runners, its supervisor
         ups.pop("runner2")

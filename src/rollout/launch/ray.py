@@ -68,6 +68,10 @@ def role_gpus(config: RunConfig) -> float:
     return 1.0 if config.device.startswith("cuda") else 0.0
 
 
+SPREAD_CPUS = 0.01
+"""The CPU a role other than the GPU roles asks Ray for (see `RolePlacement.cpus`)."""
+
+
 @dataclass(frozen=True)
 class RolePlacement:
     """One actor the launcher keeps alive: its name, role, the role's arguments and resources."""
@@ -80,8 +84,11 @@ class RolePlacement:
     @property
     def cpus(self) -> float:
         """GPU roles hold a CPU (keeping them off a Ray head started with no CPUs); the others
-        ask for none, so a small machine fits every role."""
-        return 1.0 if self.role in GPU_ROLES else 0.0
+        ask for a hundredth, so a small machine fits every role. Not none: Ray places an actor
+        that asks for no resource on a node of its own choosing, ignoring `SPREAD` (two CI runs
+        put every role of a two-node cluster on the head); one that asks for some is spread
+        round robin."""
+        return 1.0 if self.role in GPU_ROLES else SPREAD_CPUS
 
 
 def plan(
