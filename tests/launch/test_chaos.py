@@ -1,7 +1,9 @@
 """Chaos: kill -9 of random roles at random moments, Postgres included, and nothing is lost.
 
 `rollout train` runs the parity example on the embedded Postgres (a private state folder, no
-`ROLLOUT_DATABASE_URL`). Once a train step is recorded the test SIGKILLs, KILLS times, a random
+`ROLLOUT_DATABASE_URL`), and again the two-role gridworld with a policy per role (half the
+kills: the invariants are then checked per policy, and every turn must have been sampled by its
+agent's policy). Once a train step is recorded the test SIGKILLs, KILLS times, a random
 child of the run's supervisor (`rollout up`: runner, gateway, inference server, trainer,
 bridge, ...) or, a few times, the embedded Postgres. After each kill it waits until that kind is
 back (a new process of the kind; for Postgres, a query answered), recording the recovery time,
@@ -32,6 +34,7 @@ import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
@@ -240,22 +243,51 @@ def _last_step(url: str, run_id: str) -> int:
     return int(row[0]) if row else 0
 
 
+@dataclass(frozen=True)
+class Variant:
+    """What `rollout train` runs under the kills, and how many kills."""
+
+    environment: str
+    overrides: tuple[str, ...]
+    kills: int
+    policies: dict[int, str] | None = None
+    """Agent index -> policy, for a run with several policies (checked per policy)."""
+
+
+ONE_POLICY = Variant("parity.environment:environment", (), KILLS)
+TWO_POLICIES = Variant(
+    # Two roles, a policy each: the trainer steps both in turn under the one lease, the
+    # inference server serves both weight sets, the gateway routes each seat to its policy.
+    "gridworld.environment:pair",
+    (
+        "model.init.alphabet=null",
+        "model.init.vocab_size=160",
+        "policies={walker: {agents: [walker]}, avoider: {agents: [avoider]}}",
+    ),
+    KILLS // 2,
+    policies={0: "walker", 1: "avoider"},
+)
+
+
 @pytest.mark.slow
-def test_a_run_survives_50_random_kill_9s(embedded_state_dir: Path) -> None:
+@pytest.mark.parametrize("variant", [ONE_POLICY, TWO_POLICIES], ids=["one-policy", "two-policies"])
+def test_a_run_survives_random_kill_9s(embedded_state_dir: Path, variant: Variant) -> None:
     seed = int(os.environ.get("ROLLOUT_CHAOS_SEED") or random.randrange(2**32))
     print(f"chaos seed {seed} (replay: ROLLOUT_CHAOS_SEED={seed})")
     rng = random.Random(seed)
     postgres_kills = rng.randint(*POSTGRES_KILLS)
+    kills = variant.kills
     env = dict(os.environ, ROLLOUT_STATE_DIR=str(embedded_state_dir))
     env.pop("ROLLOUT_DATABASE_URL", None)
     url = database_url(embedded_state_dir)  # started here, so the test can read it too
     asyncio.run(apply_migrations(url))
     began = time.monotonic()
+    sets = ["stop_at_reward=2", "warmup_steps=2", f"groups_per_step={GROUPS}", *variant.overrides]
     train = subprocess.Popen(
         [
-            sys.executable, "-m", "rollout.cli", "train", "parity.environment:environment",
-            "--preset", "cpu-tiny", "--steps", str(STEPS), "--set", "stop_at_reward=2",
-            "--set", "warmup_steps=2", "--set", f"groups_per_step={GROUPS}", "--json",
+            sys.executable, "-m", "rollout.cli", "train", variant.environment,
+            "--preset", "cpu-tiny", "--steps", str(STEPS), "--json",
+            *(arg for each in sets for arg in ("--set", each)),
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -270,12 +302,12 @@ def test_a_run_survives_50_random_kill_9s(embedded_state_dir: Path) -> None:
         up = _supervisor(run_id)
         guard = LeaseGuard(url, run_id, up)
         print(f"train step 1 after {time.monotonic() - began:.1f} s; run {run_id}")
-        for index in range(KILLS):
+        for index in range(kills):
             assert train.poll() is None, f"the run ended at kill {index}: {train.communicate()}"
             assert time.monotonic() < began + BUDGET_S, f"over {BUDGET_S} s at kill {index}"
             left = postgres_kills - len(recoveries["postgres"])
             before = time.time()
-            kind, seconds = _kill_one(rng, up, url, embedded_state_dir, left, KILLS - index, guard)
+            kind, seconds = _kill_one(rng, up, url, embedded_state_dir, left, kills - index, guard)
             recoveries[kind].append(seconds)
             if kind == "runner":  # its seats are played again once their claims expire
                 _pause(0.5 - seconds, guard)  # a commit already on its way lands first
@@ -302,11 +334,16 @@ def test_a_run_survives_50_random_kill_9s(embedded_state_dir: Path) -> None:
     for kind, times in sorted(recoveries.items()):
         print(f"{kind:<10} {len(times):>5} {statistics.median(times):>9.2f} {max(times):>7.2f}")
     print(f"and {len(guard.killed) if guard else 0} lease holders killed near the end")
-    assert sum(map(len, recoveries.values())) == KILLS
+    assert sum(map(len, recoveries.values())) == kills
     assert len(recoveries["postgres"]) == postgres_kills
     assert train.returncode == 0, err[-3000:]
     summary = json.loads(out)
     assert summary["status"] == "finished" and summary["steps"] == STEPS, summary
+    if variant.policies:  # every policy took every step
+        names = set(variant.policies.values())
+        assert {n: p["steps"] for n, p in summary["policies"].items()} == dict.fromkeys(
+            names, STEPS
+        ), summary
     left = _with_run_id(run_id)  # the supervisor and its roles have stopped
     assert not left, [_argv(pid) for pid in left]
     check_ledger(
@@ -316,6 +353,7 @@ def test_a_run_survives_50_random_kill_9s(embedded_state_dir: Path) -> None:
         groups=GROUPS,
         trainer_killed=bool(recoveries["trainer"]),
         held=held,
+        policies=variant.policies,
     )
 
 

@@ -13,7 +13,7 @@ import os
 import secrets
 import socket
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from rollout.blobs import BlobStore
 from rollout.contracts import DEFAULT_POLICY
@@ -60,7 +60,7 @@ async def internal_secret(ledger: Ledger, run_id: str) -> str:
 
 
 async def inference(stop: asyncio.Event, *, run: str, host: str, port: int) -> None:
-    from rollout.inference.server import ServingFollower
+    from rollout.inference.server import ServingFollower, WeightLoader
     from rollout.inference.weights_cache import backend_folder
     from rollout.net.server import AppServer
 
@@ -83,7 +83,8 @@ async def inference(stop: asyncio.Event, *, run: str, host: str, port: int) -> N
         followers = [
             ServingFollower(
                 ledger,
-                policy_backend,
+                # Every backend start_backend makes for serving loads weights (local, vLLM).
+                cast("WeightLoader", policy_backend),
                 run_id=record.run_id,
                 server_id=server.url,
                 blobs=BlobStore.from_url(),
