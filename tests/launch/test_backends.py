@@ -15,8 +15,8 @@ from rollout.runs.spec import RunSpec
 TWO_POLICIES = {"walker": {"agents": [0]}, "avoider": {"agents": [1]}}
 
 
-def spec(model: str, **training: object) -> RunSpec:
-    return RunSpec.model_validate({"kind": "train", "model": model, "training": training})
+def spec(model_path: str, **training: object) -> RunSpec:
+    return RunSpec.model_validate({"kind": "train", "model": model_path, "training": training})
 
 
 async def test_the_local_backend_holds_a_weight_set_per_policy(tmp_path: Path) -> None:
@@ -43,6 +43,7 @@ async def test_vllm_serves_an_adapter_per_policy_from_the_one_server(tmp_path: P
         backend="vllm",
         lora_rank=4,
         vllm={"url": url},
+        model={"init": None},  # a named model, not a tiny one made at start
         policies=TWO_POLICIES,
     )
     started = await start_backend(run, tmp_path, per_policy=True)
