@@ -7,6 +7,10 @@
 - A LoRA run (`--set lora_rank=8`, max_lag 0 so every version must be served before turns go
   on): each checkpoint is hot-loaded and samples turns, and the logprobs vLLM recorded for the
   turns of a version match the trainer's on that checkpoint within `TOLERANCE`.
+- A run with two policies (the two-role gridworld, a LoRA adapter per role): the one vLLM server
+  serves both adapters, each policy's checkpoints are acknowledged by it, every turn was sampled
+  by its agent's policy, and each policy's turns match the trainer's logprobs on that policy's
+  own checkpoint (and not on the other's).
 
 Measured on a 2-core machine: cpu-vllm takes 2-3 s a step; a server starts in about a minute.
 """
@@ -25,7 +29,8 @@ import psycopg
 import pytest
 
 from rollout.blobs import BlobStore
-from rollout.ledger import Ledger
+from rollout.contracts import Turn
+from rollout.ledger import CheckpointRecord, Ledger
 from rollout.training.providers.torch import TorchProvider
 from rollout.training.segments import Segment
 from tests.inference.test_vllm_backend import require_vllm
@@ -38,7 +43,13 @@ TOLERANCE = 1e-4
 """Trainer vs vLLM logprobs of recorded turns on the same fp32 weights (measured: ~1e-6)."""
 
 
-def train(database_url: str, state: Path, *args: str, timeout: float) -> dict[str, object]:
+def train(
+    database_url: str,
+    state: Path,
+    *args: str,
+    timeout: float,
+    environment: str = "parity.environment:environment",
+) -> dict[str, object]:
     env = dict(os.environ, ROLLOUT_DATABASE_URL=database_url, ROLLOUT_STATE_DIR=str(state))
     result = subprocess.run(
         [
@@ -46,7 +57,7 @@ def train(database_url: str, state: Path, *args: str, timeout: float) -> dict[st
             "-m",
             "rollout.cli",
             "train",
-            "parity.environment:environment",
+            environment,
             "--preset",
             "cpu-vllm",
             "--json",
@@ -145,10 +156,21 @@ def test_lora_checkpoints_are_each_served_and_logprobs_match(
     # The turns of the last trained version, rescored by the trainer on that checkpoint.
     version = steps - 1
     checkpoint = next(c for c in checkpoints if c.version == version)
-    local = tmp_path / "restore"
+    diffs = _rescored(tmp_path, checkpoint, [t for t in turns if t.version == version])
+    print(f"trainer vs vLLM logprobs, LoRA v{version}: max |diff| {max(diffs):.2e}")
+    assert max(diffs) < TOLERANCE
+
+
+def _rescored(tmp_path: Path, checkpoint: CheckpointRecord, turns: list[Turn]) -> list[float]:
+    """|trainer - vLLM| logprob of each sampled token of (up to 64 of) `turns`, the trainer on
+    `checkpoint` (a LoRA adapter, of the rank it was saved with)."""
+    assert turns
+    local = tmp_path / "restore" / checkpoint.policy / str(checkpoint.version)
     BlobStore.from_url(str(tmp_path / "blobs")).get_dir(checkpoint.uri, local)
     model = Path(json.loads((local / "trainer_state.json").read_text())["base_model"])
-    provider = TorchProvider(model, lora_rank=8)
+    provider = TorchProvider(
+        model, lora_rank=json.loads((local / "adapter_config.json").read_text())["r"]
+    )
     provider.load(local)
     segments = [
         Segment(
@@ -159,9 +181,70 @@ def test_lora_checkpoints_are_each_served_and_logprobs_match(
             temperature=t.temperature,
         )
         for t in turns
-        if t.version == version
     ][:64]
-    assert segments
-    diffs = abs_diffs(segments, provider.logprobs(segments))
-    print(f"trainer vs vLLM logprobs, LoRA v{version}: max |diff| {max(diffs):.2e}")
-    assert max(diffs) < TOLERANCE
+    return abs_diffs(segments, provider.logprobs(segments))
+
+
+POLICY_OF = {0: "walker", 1: "avoider"}
+
+
+@pytest.mark.timeout(1500)
+def test_two_policies_are_two_adapters_on_one_vllm_server(
+    database_url: str, tmp_path: Path
+) -> None:
+    require_vllm()
+    steps = 2
+    summary = train(
+        database_url,
+        tmp_path,
+        *("--steps", str(steps), "--max-lag", "0"),
+        *("--set", "lora_rank=8", "--set", "warmup_steps=2", "--set", "stop_at_reward=null"),
+        *("--set", "groups_per_step=2", "--set", "model.init.alphabet=null"),
+        *("--set", "model.init.vocab_size=160"),
+        *("--set", "warmup_learning_rate=0.01"),  # adapters that differ after the warm-up
+        # A rank and a learning rate of its own: the avoider's adapter is not the walker's.
+        *("--set", "policies={walker: {agents: [walker]}, avoider: {agents: [avoider]}}"),
+        *("--set", "policies.avoider.lora_rank=4", "--set", "policies.avoider.learning_rate=0.01"),
+        timeout=1400,
+        environment="gridworld.environment:pair",
+    )
+    run_id = str(summary["run_id"])
+    assert {name: each["steps"] for name, each in summary["policies"].items()} == {  # type: ignore[union-attr]
+        "walker": steps,
+        "avoider": steps,
+    }
+
+    async def facts() -> tuple[
+        dict[str, list[CheckpointRecord]], dict[str, dict[str, int]], list[Turn]
+    ]:
+        ledger = await Ledger.connect(database_url)
+        try:
+            checkpoints = {
+                p: await ledger.checkpoints(run_id, policy=p) for p in POLICY_OF.values()
+            }
+            acks = {p: await ledger.serving_acks(run_id, policy=p) for p in POLICY_OF.values()}
+            return checkpoints, acks, await run_turns(ledger, run_id)
+        finally:
+            await ledger.close()
+
+    checkpoints, acks, turns = asyncio.run(facts())
+    # One server acknowledged both policies' last versions: two adapters side by side.
+    [server] = set(acks["walker"]) | set(acks["avoider"])
+    assert acks == {"walker": {server: steps}, "avoider": {server: steps}}
+    for policy, chain in checkpoints.items():
+        assert [c.version for c in chain] == list(range(steps + 1)), policy
+        assert all(c.kind == "lora" for c in chain), policy
+    assert {(t.agent, t.policy) for t in turns} == set(POLICY_OF.items())
+    # max_lag 0: each policy's versions were each served before its turns went on.
+    for agent, policy in POLICY_OF.items():
+        assert {t.version for t in turns if t.agent == agent} == set(range(steps)), policy
+    # Each policy's last trained version sampled its agent's turns: the trainer on that policy's
+    # checkpoint gives vLLM's logprobs, the other policy's checkpoint does not.
+    version = steps - 1
+    for agent, policy in POLICY_OF.items():
+        own = [t for t in turns if t.agent == agent and t.version == version]
+        other = checkpoints[POLICY_OF[1 - agent]][version]
+        assert max(_rescored(tmp_path, checkpoints[policy][version], own)) < TOLERANCE, policy
+        mismatch = max(_rescored(tmp_path, other, own))
+        print(f"{policy} turns on the other policy's v{version}: max |diff| {mismatch:.2e}")
+        assert mismatch > 10 * TOLERANCE, policy
