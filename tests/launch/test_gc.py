@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from rollout.blobs import BlobStore
 from rollout.evals import EvalError
 from rollout.inference.weights_cache import fetch, weights_folder
 from rollout.launch.evaluator.demand import evaluate
+from rollout.launch.gc import ORPHAN_AGE, collect
 from rollout.ledger import CheckpointRecord, Ledger
 from rollout.ledger.leases import trainer_lease
 from rollout.training import retention
@@ -66,6 +68,79 @@ async def test_retention_keeps_the_last_k_and_marked_and_records_the_rest(
     assert await ledger.eval_requests(run_id) == [] and await ledger.eval_jobs(run_id) == []
     await ledger.set_setting(run_id, "keep_checkpoints", 1)
     assert (await retention.plan(ledger, run_id)).to_delete == [3, 4]  # v1 marked, v5 newest
+
+
+async def _train_policies(
+    ledger: Ledger, blobs: BlobStore, name: str, versions: dict[str, int]
+) -> str:
+    """A run whose policies have `versions[policy]` checkpoints each, each with a `local`
+    conversion, in the blob store (a policy's chain under a folder of its own)."""
+    run = await ledger.create_run(name, "gridworld.environment:pair", {})
+    lease = await ledger.acquire_lease(trainer_lease(run.run_id), "test-trainer")
+    for policy, count in versions.items():
+        for version in range(count):
+            local = blobs.path("scratch") / f"{policy}-v{version}"  # type: ignore[attr-defined]
+            local.mkdir(parents=True, exist_ok=True)
+            (local / "model.safetensors").write_bytes(bytes([version]) * WEIGHT_BYTES)
+            key = checkpoint_uri(run.run_id, version, policy=policy)
+            uri = blobs.put_dir(local, key)
+            checkpoint = CheckpointRecord(run.run_id, version, version - 1 if version else None,
+                                          uri, "full", 0.0, {}, policy)  # fmt: skip
+            await ledger.record_train_step(lease, run.run_id, version, [], {}, checkpoint)
+            conversion = blobs.put_dir(local, key + "-local")
+            await ledger.record_conversion(run.run_id, version, "local", conversion, policy=policy)
+    blobs.delete("scratch")
+    return run.run_id
+
+
+async def test_retention_keeps_the_last_k_of_each_policy(
+    ledger: Ledger, blob_store: BlobStore
+) -> None:
+    run_id = await _train_policies(ledger, blob_store, "two", {"walker": 6, "avoider": 5})
+    await ledger.set_setting(run_id, "keep_versions", [1])  # in every policy's chain
+    await ledger.ack_serving(run_id, "s1", 0, policy="avoider")  # served: kept
+    plans = {p.policy: p for p in await retention.plans(ledger, run_id)}
+    assert list(plans) == ["main", "avoider", "walker"]
+    assert (plans["walker"].kept, plans["walker"].to_delete) == ([1, 3, 4, 5], [0, 2])
+    assert (plans["avoider"].kept, plans["avoider"].to_delete) == ([0, 1, 2, 3, 4], [])
+    assert (plans["main"].kept, plans["main"].to_delete) == ([], [])
+    await ledger.ack_serving(run_id, "s1", 4, policy="avoider")  # v0 is no longer served
+    assert await retention.apply(ledger, blob_store, run_id) == 3 * 2 * WEIGHT_BYTES
+    for policy, deleted in (("walker", (0, 2)), ("avoider", (0,))):
+        for version in range(5):
+            uri = checkpoint_uri(run_id, version, policy=policy)
+            assert blob_store.exists(uri) == (version not in deleted)
+            assert blob_store.exists(uri + "-local") == (version not in deleted)
+    settings = await ledger.run_settings(run_id)
+    assert settings.deleted_of("walker") == (0, 2) and settings.deleted_of("avoider") == (0,)
+    assert settings.deleted_checkpoints == ()  # the default policy's: it has no checkpoints
+    assert await retention.apply(ledger, blob_store, run_id) == 0  # nothing more to let go
+    await ledger.set_setting(run_id, "keep_checkpoints", 1)
+    plans = {p.policy: p for p in await retention.plans(ledger, run_id)}
+    assert plans["walker"].to_delete == [3, 4] and plans["walker"].deleted == [0, 2]
+    assert plans["avoider"].to_delete == [2, 3]  # v1 marked, v4 newest and served
+
+
+async def test_gc_keeps_each_policy_s_chain(ledger: Ledger, tmp_path: Path) -> None:
+    blobs = BlobStore.from_url(str(tmp_path / "blobs"))
+    run_id = await _train_policies(ledger, blobs, "two", {"main": 4, "scout": 4})
+    cache = tmp_path / "cache"
+    backend = weights_folder(cache, run_id, "local", 0).parent
+    for name in ("v0", "v3", "scout-v0", "scout-v3"):  # as inference servers cache them
+        (backend / name).mkdir(parents=True)
+    done = await collect(ledger, blobs, cache)
+    assert done.checkpoints == {"two": [0], "two/scout": [0]} and done.blobs == []
+    # Once the policy's folder is old, what no fact names in it would be taken: not its chain.
+    old = time.time() - 2 * ORPHAN_AGE
+    os.utime(blobs.path(f"runs/{run_id}/checkpoints/scout"), (old, old))  # type: ignore[attr-defined]
+    again = await collect(ledger, blobs, cache)
+    assert (again.checkpoints, again.blobs, again.bytes_freed) == ({}, [], 0)
+    for policy in ("main", "scout"):
+        for version in range(4):
+            uri = checkpoint_uri(run_id, version, policy=policy)
+            assert blobs.exists(uri) == (version != 0)
+            assert blobs.exists(uri + "-local") == (version != 0)
+    assert sorted(p.name for p in backend.iterdir()) == ["scout-v3", "v3"]
 
 
 def test_the_shared_weights_cache_keeps_one_copy(blob_store: BlobStore, tmp_path: Path) -> None:

@@ -7,7 +7,6 @@ import logging
 
 from rollout.blobs import BlobStore
 from rollout.bridges.convert import convert_checkpoint
-from rollout.contracts import DEFAULT_POLICY
 from rollout.ledger import Ledger, RunRecord
 from rollout.runs.errors import RunError
 from rollout.runs.spec import RunSpec
@@ -45,11 +44,11 @@ class Bridge:
             if spec is None:
                 continue
             backends = [spec.backend]
-            deleted = set(settings.deleted_checkpoints)  # training.retention
-            # Every policy's checkpoints (a run with several policies has a chain for each).
+            # Every policy's checkpoints (a run with several policies has a chain for each),
+            # but those whose files retention deleted (training.retention).
             for checkpoint in await self.ledger.checkpoints(run.run_id, policy=None):
                 policy = checkpoint.policy
-                if checkpoint.version in deleted and policy == DEFAULT_POLICY:
+                if checkpoint.version in settings.deleted_of(policy):
                     continue
                 for backend in backends:
                     key = (run.run_id, policy, checkpoint.version, backend)

@@ -80,10 +80,15 @@ def runs_show(
         from rollout.training import retention
 
         detail = await run_detail(ledger, run)
-        kept = await retention.plan(ledger, (await ledger.get_run(run)).run_id)
+        run_id = (await ledger.get_run(run)).run_id
+        kept = await retention.plan(ledger, run_id)
         # Which checkpoints keep their files (training.retention); the others' are deleted.
         detail["checkpoints_kept"] = kept.kept
         detail["checkpoints_deleted"] = kept.deleted
+        for name, policy in detail["policies"].items():  # each policy's chain, on its own
+            kept = await retention.plan(ledger, run_id, name)
+            policy["checkpoints_kept"] = kept.kept
+            policy["checkpoints_deleted"] = kept.deleted
         return detail
 
     detail = query(read)
@@ -93,7 +98,10 @@ def runs_show(
     from rollout.monitor.render import print_run
 
     print_run(console, detail, steps)
-    console.print(_retention_line(detail), highlight=False, soft_wrap=True)
+    for name, policy in detail["policies"].items():
+        console.print(f"policy {name}: {_retention_line(policy)}", highlight=False, soft_wrap=True)
+    if not detail["policies"]:
+        console.print(_retention_line(detail), highlight=False, soft_wrap=True)
     if detail["state"] == "failed":
         console.print(
             _failed_line(detail["name"], detail["settings"].get("error")),
@@ -105,7 +113,7 @@ def runs_show(
 
 
 def _retention_line(detail: dict[str, Any]) -> str:
-    """Which checkpoints keep their files.
+    """Which checkpoints keep their files (of the run, or of one of its several policies).
 
     Example:
         >>> _retention_line({"checkpoints_kept": [7, 8, 9], "checkpoints_deleted": [1, 2]})

@@ -13,6 +13,8 @@ Abstractions:
   `steps` and `step_time` (train steps after a step; when one was recorded);
 - checkpoints: `checkpoints` (versions after a version), `conversions` and `published` (per
   version in a range); `has_evals` and `eval_scores`;
+- per policy (`rollout.runs.policies`): steps, step times, checkpoints, conversions and
+  publications are one policy's, the default policy's unless a `policy` is given;
 - machines: `processes_seen` (every role process that beat recently, with its host, state and
   its run's settings), `leases`, `runners`, `servers` (the facts that detail them);
 - transcripts: `episodes` (a page, newest first, filtered by an `EpisodeFilter`), `episode`
@@ -80,7 +82,8 @@ SELECT
 STEPS_PAGE: LiteralString = TRAIN_STEPS + " LIMIT %(limit)s"
 STEP_TIME: LiteralString = """
 SELECT extract(epoch FROM created_at)::float8 AS created_at FROM train_steps
-WHERE run_id = %(run_id)s AND step <= %(step)s ORDER BY step DESC LIMIT 1
+WHERE run_id = %(run_id)s AND policy = %(policy)s AND step <= %(step)s
+ORDER BY step DESC LIMIT 1
 """
 
 # --------------------------------------------------------------------------------------------
@@ -93,11 +96,13 @@ CHECKPOINTS_PAGE: LiteralString = (
 )
 CONVERSIONS_BETWEEN: LiteralString = """
 SELECT version, backend, uri FROM conversions
-WHERE run_id = %(run_id)s AND version BETWEEN %(low)s AND %(high)s ORDER BY backend
+WHERE run_id = %(run_id)s AND policy = %(policy)s AND version BETWEEN %(low)s AND %(high)s
+ORDER BY backend
 """
 PUBLISHED_BETWEEN: LiteralString = """
 SELECT version, extract(epoch FROM min(created_at))::float8 AS published_at FROM serving
-WHERE run_id = %(run_id)s AND version BETWEEN %(low)s AND %(high)s GROUP BY version
+WHERE run_id = %(run_id)s AND policy = %(policy)s AND version BETWEEN %(low)s AND %(high)s
+GROUP BY version
 """
 # Older ledgers had no evals: ask whether the table exists before reading it.
 EVALS_RECORDED: LiteralString = "SELECT to_regclass('eval_scores') IS NOT NULL AS recorded"
@@ -358,33 +363,48 @@ class MonitorReads:
         (row,) = await self._rows(RUN_COUNTS, {"run_id": run_id, "trainer_lease": trainer_lease})
         return row
 
-    async def steps(self, run_id: str, *, after: int, limit: int) -> list[dict[str, Any]]:
-        """Train steps after step `after`, oldest first: step, metrics, created_at, ..."""
-        params = {"run_id": run_id, "after": after, "limit": limit, "policy": DEFAULT_POLICY}
+    async def steps(
+        self, run_id: str, *, after: int, limit: int, policy: str = DEFAULT_POLICY
+    ) -> list[dict[str, Any]]:
+        """`policy`'s train steps after step `after`, oldest first: step, metrics, created_at,
+        ..."""
+        params = {"run_id": run_id, "after": after, "limit": limit, "policy": policy}
         return await self._rows(STEPS_PAGE, params)
 
-    async def step_time(self, run_id: str, step: int) -> float | None:
-        """When the last step at or before `step` was recorded, or None."""
-        rows = await self._rows(STEP_TIME, {"run_id": run_id, "step": step})
+    async def step_time(
+        self, run_id: str, step: int, *, policy: str = DEFAULT_POLICY
+    ) -> float | None:
+        """When `policy`'s last step at or before `step` was recorded, or None."""
+        rows = await self._rows(STEP_TIME, {"run_id": run_id, "step": step, "policy": policy})
         return rows[0]["created_at"] if rows else None
 
     # ------------------------------------------------------------------------------------------
     # checkpoints and evals
 
-    async def checkpoints(self, run_id: str, *, after: int, limit: int) -> list[dict[str, Any]]:
-        """Checkpoints after version `after`, oldest first (`training.CHECKPOINT_COLUMNS`)."""
+    async def checkpoints(
+        self, run_id: str, *, after: int, limit: int, policy: str = DEFAULT_POLICY
+    ) -> list[dict[str, Any]]:
+        """`policy`'s checkpoints after version `after`, oldest first
+        (`training.CHECKPOINT_COLUMNS`)."""
         return await self._rows(
             CHECKPOINTS_PAGE,
-            {"run_id": run_id, "after": after, "limit": limit, "policy": DEFAULT_POLICY},
+            {"run_id": run_id, "after": after, "limit": limit, "policy": policy},
         )
 
-    async def conversions(self, run_id: str, low: int, high: int) -> list[dict[str, Any]]:
-        """Conversions (version, backend, uri) of versions `low`..`high`, by backend."""
-        return await self._rows(CONVERSIONS_BETWEEN, {"run_id": run_id, "low": low, "high": high})
+    async def conversions(
+        self, run_id: str, low: int, high: int, *, policy: str = DEFAULT_POLICY
+    ) -> list[dict[str, Any]]:
+        """Conversions (version, backend, uri) of `policy`'s versions `low`..`high`, by
+        backend."""
+        params = {"run_id": run_id, "low": low, "high": high, "policy": policy}
+        return await self._rows(CONVERSIONS_BETWEEN, params)
 
-    async def published(self, run_id: str, low: int, high: int) -> dict[int, float]:
-        """Version -> when it was first to be served, for versions `low`..`high`."""
-        rows = await self._rows(PUBLISHED_BETWEEN, {"run_id": run_id, "low": low, "high": high})
+    async def published(
+        self, run_id: str, low: int, high: int, *, policy: str = DEFAULT_POLICY
+    ) -> dict[int, float]:
+        """Version -> when it was first to be served, for `policy`'s versions `low`..`high`."""
+        params = {"run_id": run_id, "low": low, "high": high, "policy": policy}
+        rows = await self._rows(PUBLISHED_BETWEEN, params)
         return {row["version"]: row["published_at"] for row in rows}
 
     async def has_evals(self, run_id: str) -> bool:

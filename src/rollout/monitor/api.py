@@ -2,14 +2,16 @@
 
 Lists answer `{"items": [...], "next": CURSOR}`; pass `next` back (as `offset`, `after` or
 `cursor`, as each endpoint names it) for the following page; `next` is null on the last page.
-Every `limit` is bounded; a value out of range is a 400 naming the parameter.
+Every `limit` is bounded; a value out of range is a 400 naming the parameter. Steps and
+checkpoints are one policy's (`rollout.runs.policies`): `policy` may be left out for a run
+with one policy, and must name one of a run's several (a 400 otherwise).
 
 | endpoint | what |
 | --- | --- |
 | `GET /api/runs?offset=&limit=` | runs, newest first |
-| `GET /api/runs/{run}` | one run (id or name): settings, state, counts, serving |
-| `GET /api/runs/{run}/steps?after=&limit=` | train steps after a step, with rates |
-| `GET /api/runs/{run}/checkpoints?after=&limit=` | the checkpoint tree after a version |
+| `GET /api/runs/{run}` | one run (id or name): settings, state, counts, serving; `policies`: a run's several policies, each with its agents, newest version and serving |
+| `GET /api/runs/{run}/steps?after=&limit=&policy=` | a policy's train steps after a step, with rates |
+| `GET /api/runs/{run}/checkpoints?after=&limit=&policy=` | a policy's checkpoint chain after a version |
 | `GET /api/runs/{run}/evals` | eval reward per checkpoint, suite and environment |
 | `GET /api/episodes?run=&environment=&kind=&status=&reward_min=&reward_max=&version=&q=&cursor=&limit=` | episodes, newest first |
 | `GET /api/episodes/{id}` | one episode: seats and how they ended |
@@ -44,15 +46,17 @@ async def run(request: Request, run: str) -> dict[str, Any]:
 
 
 @router.get("/runs/{run}/steps")
-async def steps(request: Request, run: str, after: int = -1, limit: int = 1000) -> dict[str, Any]:
-    return await store_of(request).steps(run, after=after, limit=limit)
+async def steps(
+    request: Request, run: str, after: int = -1, limit: int = 1000, policy: str | None = None
+) -> dict[str, Any]:
+    return await store_of(request).steps(run, after=after, limit=limit, policy=policy or None)
 
 
 @router.get("/runs/{run}/checkpoints")
 async def checkpoints(
-    request: Request, run: str, after: int = -1, limit: int = 200
+    request: Request, run: str, after: int = -1, limit: int = 200, policy: str | None = None
 ) -> dict[str, Any]:
-    return await store_of(request).checkpoints(run, after=after, limit=limit)
+    return await store_of(request).checkpoints(run, after=after, limit=limit, policy=policy or None)
 
 
 @router.get("/runs/{run}/evals")

@@ -132,15 +132,35 @@ async def max_lag(request: Request, run: str) -> Response:
 
 
 @router.get("/runs/{run}/checkpoints", response_class=HTMLResponse)
-async def checkpoints_page(request: Request, run: str, after: int = -1) -> Response:
+async def checkpoints_page(
+    request: Request, run: str, after: int = -1, policy: str | None = None
+) -> Response:
+    """The checkpoint tree; a run with several policies has a chain per policy (every policy's
+    first versions, or, with `policy`, that one's from `after`)."""
     store = store_of(request)
     detail = await store.run(run)
-    tree = await store.checkpoints(run, after=after, limit=200)
     evals: dict[int, list[dict[str, Any]]] = {}
     if detail["has_evals"]:
         for row in (await store.evals(run))["items"]:
             evals.setdefault(row["version"], []).append(row)
-    return _page(request, "checkpoints.html", run=detail, tree=tree, evals=evals, after=after)
+    if not detail["policies"]:
+        tree = await store.checkpoints(run, after=after, limit=200)
+        return _page(request, "checkpoints.html", run=detail, tree=tree, evals=evals, after=after)
+    names = [store.policy_of(await store.get_run(run), policy)] if policy else detail["policies"]
+    chains = {
+        name: await store.checkpoints(run, after=after if policy else -1, limit=200, policy=name)
+        for name in names
+    }
+    # Scheduled evals play the default policy's checkpoints only.
+    return _page(
+        request,
+        "checkpoints.html",
+        run=detail,
+        chains=chains,
+        evals=evals,
+        after=after if policy else -1,
+        policy=policy,
+    )
 
 
 @router.get("/runs/{run}/evals", response_class=HTMLResponse)

@@ -7,7 +7,7 @@ from typing import Any
 from rollout.contracts import Turn
 from rollout.ledger import EpisodeRecord, Ledger, RunRecord
 from rollout.ledger.runs import shown_settings
-from rollout.runs.errors import InvalidRunSpec
+from rollout.runs.errors import InvalidPolicies, InvalidRunSpec
 from rollout.runs.live import RunSettings
 from rollout.runs.policies import PolicyMap
 from rollout.runs.spec import RunSpec
@@ -175,14 +175,20 @@ async def run_detail(ledger: Ledger, run: str) -> dict[str, Any]:
     }
 
 
+def policy_map(record: RunRecord) -> PolicyMap:
+    """Which policies the run trains and the agents each plays (`PolicyMap.recorded`); one
+    policy, `DEFAULT_POLICY`, for a run whose spec cannot be read or names none."""
+    try:
+        training = RunSpec.of(record).training
+        return PolicyMap.recorded(training.policies if training is not None else {})
+    except (InvalidRunSpec, InvalidPolicies):
+        return PolicyMap.recorded({})
+
+
 async def policy_details(ledger: Ledger, record: RunRecord) -> dict[str, Any]:
     """A run with several policies: each one's agents, steps, rewards, checkpoint chain and
     what it serves (empty for a run with one policy, whose figures are the run's)."""
-    try:
-        training = RunSpec.of(record).training
-    except InvalidRunSpec:
-        return {}
-    mapping = PolicyMap.recorded(training.policies if training is not None else {})
+    mapping = policy_map(record)
     if not mapping.several:
         return {}
     details: dict[str, Any] = {}

@@ -15,6 +15,10 @@ Abstractions:
 - checkpoints: `checkpoints` (versions with parents, conversions per backend, when each was
   published and which servers serve it), `evals` (eval scores per checkpoint, suite version
   and environment, where the ledger records evals);
+- policies (`rollout.runs.policies`): `steps` and `checkpoints` are one policy's chain, the
+  run's only policy's unless a `policy` is named (a run with several must name one); `run`
+  lists a run's several policies with each one's agents, newest version and serving state
+  (`policies`, empty for a run with one policy, whose figures are the run's);
 - machines: `machines` (every role process from its heartbeats, with its host, state, 'alive',
   'finished', 'stopped' or 'dead', and the ledger's facts about it: a trainer's lease, a
   server's version, a runner's claims, a gateway's last turn);
@@ -34,7 +38,7 @@ from rollout.ledger.leases import trainer_lease
 from rollout.ledger.monitor import MonitorReads
 from rollout.ledger.runs import shown_settings
 from rollout.monitor.errors import BadParameter, bounded
-from rollout.monitor.queries import run_state, trains
+from rollout.monitor.queries import policy_map, run_state, trains
 from rollout.runs.live import FINISHED, MAX_LAG, RunSettings, parse_max_lag
 
 MAX_RUNS = 200
@@ -150,22 +154,69 @@ class MonitorStore:
             "servers": row["servers"] or [],
             "trainer": row["trainer"],
             "has_evals": await self.reads.has_evals(run_id),
+            "policies": await self._policies(record),
         }
 
-    async def steps(self, run: str, *, after: int = -1, limit: int = 1000) -> dict[str, Any]:
-        """Train steps after step `after`, oldest first, with throughput per step.
+    async def _policies(self, record: RunRecord) -> dict[str, Any]:
+        """A run with several policies: each one's agents, newest version, serving record and
+        servers (empty for a run with one policy)."""
+        mapping = policy_map(record)
+        if not mapping.several:
+            return {}
+        policies: dict[str, Any] = {}
+        for name in mapping.names:
+            latest = await self.ledger.latest_checkpoint(record.run_id, policy=name)
+            serving = await self.ledger.serving(record.run_id, policy=name)
+            acks = await self.ledger.serving_acks(record.run_id, policy=name)
+            policies[name] = {
+                "agents": list(mapping.agents_of(name)),
+                "latest_version": None if latest is None else latest.version,
+                "serving": None
+                if serving is None
+                else {"version": serving.version, "uris": serving.uris, "at": serving.created_at},
+                "servers": [{"server": s, "version": v} for s, v in sorted(acks.items())],
+            }
+        return policies
+
+    def policy_of(self, record: RunRecord, policy: str | None) -> str:
+        """The policy whose chain a request means: `policy`, which the run must train, or the
+        run's only one when None.
+
+        Raises:
+            BadParameter: the run trains no policy `policy`, or several and none was named.
+        """
+        names = policy_map(record).names
+        if policy is None:
+            if len(names) == 1:
+                return names[0]
+            raise BadParameter(
+                f"run {record.name!r} has several policies ({', '.join(names)}): pass policy=NAME"
+            )
+        if policy not in names:
+            raise BadParameter(
+                f"policy must be one of run {record.name!r}'s policies "
+                f"({', '.join(names)}), got {policy!r}"
+            )
+        return policy
+
+    async def steps(
+        self, run: str, *, after: int = -1, limit: int = 1000, policy: str | None = None
+    ) -> dict[str, Any]:
+        """A policy's train steps after step `after`, oldest first, with throughput per step
+        (`policy_of`: the run's only policy unless one is named).
 
         `episodes_per_s` and `tokens_per_s` divide the step's trained episodes and tokens
-        (`is/tokens`) by the wall-clock time since the previous step was recorded.
+        (`is/tokens`) by the wall-clock time since the policy's previous step was recorded.
         """
         bounded("limit", limit, 1, MAX_STEPS)
         record = await self.get_run(run)
-        rows = await self.reads.steps(record.run_id, after=after, limit=limit + 1)
+        name = self.policy_of(record, policy)
+        rows = await self.reads.steps(record.run_id, after=after, limit=limit + 1, policy=name)
         more = len(rows) > limit
         rows = rows[:limit]
         previous: float | None = None
         if rows and after >= 0:
-            previous = await self.reads.step_time(record.run_id, after)
+            previous = await self.reads.step_time(record.run_id, after, policy=name)
         items: list[dict[str, Any]] = []
         for row in rows:
             step, metrics, created = row["step"], row["metrics"], row["created_at"]
@@ -183,23 +234,27 @@ class MonitorStore:
     # ------------------------------------------------------------------------------------------
     # checkpoints and evals
 
-    async def checkpoints(self, run: str, *, after: int = -1, limit: int = 200) -> dict[str, Any]:
-        """Checkpoints after version `after`: parents, conversions, publication, servers."""
+    async def checkpoints(
+        self, run: str, *, after: int = -1, limit: int = 200, policy: str | None = None
+    ) -> dict[str, Any]:
+        """A policy's checkpoints after version `after` (`policy_of`: the run's only policy
+        unless one is named): parents, conversions, publication, servers."""
         bounded("limit", limit, 1, MAX_CHECKPOINTS)
         record = await self.get_run(run)
         run_id = record.run_id
-        rows = await self.reads.checkpoints(run_id, after=after, limit=limit + 1)
+        name = self.policy_of(record, policy)
+        rows = await self.reads.checkpoints(run_id, after=after, limit=limit + 1, policy=name)
         more = len(rows) > limit
         rows = rows[:limit]
         if not rows:
             return {"items": [], "next": None}
         low, high = rows[0]["version"], rows[-1]["version"]
         conversions: dict[int, dict[str, str]] = {}
-        for row in await self.reads.conversions(run_id, low, high):
+        for row in await self.reads.conversions(run_id, low, high, policy=name):
             conversions.setdefault(row["version"], {})[row["backend"]] = row["uri"]
-        published = await self.reads.published(run_id, low, high)
+        published = await self.reads.published(run_id, low, high, policy=name)
         served: dict[int, list[str]] = {}
-        for server, version in (await self.ledger.serving_acks(run_id)).items():
+        for server, version in (await self.ledger.serving_acks(run_id, policy=name)).items():
             served.setdefault(version, []).append(server)
         items = [
             {

@@ -217,8 +217,9 @@ class RunConfig(BaseModel):
     queues keep runners busy while long episodes hold up their groups; turns still start only
     within max_lag of the newest checkpoint."""
     keep_checkpoints: KeepCheckpoints = DEFAULT_KEEP_CHECKPOINTS
-    """Checkpoints whose files the run keeps: the last N (plus marked, served and still-to-be-
-    evaluated ones); the run setting of that name overrides it (`rollout.training.retention`)."""
+    """Checkpoints whose files the run keeps: the last N of each policy's chain (plus marked,
+    served and still-to-be-evaluated ones); the run setting of that name overrides it
+    (`rollout.training.retention`)."""
     stop_at_reward: float | None = None
     """Finish early once the mean reward of the last three steps reaches this."""
     runners: int = Field(1, ge=1)

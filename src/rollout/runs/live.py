@@ -13,7 +13,8 @@ The settings, by who writes them:
   `keep_checkpoints`, `keep_versions`, `max_failure_fraction`, `paused`, `status: stopped`;
 - `rollout train`, creating the run: `max_lag` and `keep_checkpoints` (the preset's),
   `sampling`, `internal_secret`;
-- the trainer: `groups_queued`, `finished`; checkpoint retention: `deleted_checkpoints`;
+- the trainer: `groups_queued`, `finished`; checkpoint retention: `deleted_checkpoints` (and
+  `deleted_policy_checkpoints`, for a run with several policies);
 - the roles and their supervisors: `inference_url`, `gateway_url` (where they serve), `status`;
 - the failure threshold: `paused`, `error`, `status: failed`; a resume writes
   `failures_baseline`;
@@ -38,6 +39,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from rollout.contracts import DEFAULT_POLICY
 from rollout.errors import describe
 from rollout.runs.errors import InvalidSetting
 
@@ -75,6 +77,7 @@ GROUPS_QUEUED = "groups_queued"
 KEEP_CHECKPOINTS = "keep_checkpoints"
 KEEP_VERSIONS = "keep_versions"
 DELETED_CHECKPOINTS = "deleted_checkpoints"
+DELETED_POLICY_CHECKPOINTS = "deleted_policy_checkpoints"
 SAMPLING = "sampling"
 INTERNAL_SECRET = "internal_secret"
 INFERENCE_URL = "inference_url"
@@ -128,7 +131,10 @@ class RunSettings(BaseModel):
     keep_versions: tuple[Annotated[int, Field(ge=0)], ...] = ()
     """Versions whose files are kept whatever their age."""
     deleted_checkpoints: tuple[int, ...] = ()
-    """Versions whose files retention deleted."""
+    """Versions whose files retention deleted (the default policy's, `DEFAULT_POLICY`)."""
+    deleted_policy_checkpoints: dict[str, tuple[int, ...]] = Field(default_factory=dict)
+    """Each other policy's versions whose files retention deleted (`rollout.runs.policies`:
+    each policy has a version chain of its own)."""
     sampling: dict[str, Any] = Field(default_factory=dict)
     """The run's sampling settings for its episodes (`temperature`, `max_tokens`)."""
     internal_secret: str | None = None
@@ -165,6 +171,19 @@ class RunSettings(BaseModel):
         if self.status in STOPPED_STATUSES:
             return self.status  # type: ignore[return-value]
         return "paused" if self.paused else "active"
+
+    def deleted_of(self, policy: str) -> tuple[int, ...]:
+        """The versions of `policy`'s chain whose files retention deleted.
+
+        Example:
+            >>> settings = RunSettings.of({"deleted_checkpoints": [0],
+            ...                            "deleted_policy_checkpoints": {"scout": [1, 2]}})
+            >>> settings.deleted_of("main"), settings.deleted_of("scout"), settings.deleted_of("x")
+            ((0,), (1, 2), ())
+        """
+        if policy == DEFAULT_POLICY:
+            return self.deleted_checkpoints
+        return self.deleted_policy_checkpoints.get(policy, ())
 
     @property
     def stopped(self) -> bool:

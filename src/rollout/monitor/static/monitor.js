@@ -40,44 +40,65 @@ function xRange(u, min, max) {
   return max - min < 1 ? [min - 1, max + 1] : [min, max];
 }
 
-function makePlot(el, spec) {
+function makePlot(el, title, labels) {
   const div = document.createElement("div");
   div.className = "plot";
-  div.dataset.plot = spec.title;
+  div.dataset.plot = title;
   el.appendChild(div);
   const opts = {
-    title: spec.title, width: Math.max(div.clientWidth - 14, 300), height: 200,
+    title, width: Math.max(div.clientWidth - 14, 300), height: 200,
     scales: { x: { time: false, range: xRange }, y: { range: yRange } },
-    series: [{ label: "step" }].concat(spec.keys.map((k, i) => ({
-      label: k, stroke: COLORS[i % COLORS.length], width: 1.5, spanGaps: true,
+    series: [{ label: "step" }].concat(labels.map((label, i) => ({
+      label, stroke: COLORS[i % COLORS.length], width: 1.5, spanGaps: true,
     }))),
   };
-  return new uPlot(opts, [[]].concat(spec.keys.map(() => [])), div);
+  return new uPlot(opts, [[]].concat(labels.map(() => [])), div);
 }
 
+// A run with several policies (data-policies: their names) has a series per policy in each
+// plot, labelled by the policy (and the key, where a plot has several); each policy's steps are
+// read on their own (?policy=NAME), and a step that a policy has not taken yet is a gap.
 async function runPlots(el) {
   const url = el.dataset.steps;
-  const charts = PLOTS.map((spec) => ({ spec, chart: makePlot(el, spec) }));
-  const data = charts.map(({ spec }) => [[]].concat(spec.keys.map(() => [])));
-  let after = -1;
-  async function pull() {
+  const policies = el.dataset.policies ? el.dataset.policies.split(" ") : [""];
+  const charts = PLOTS.map((spec) => {
+    const lines = policies.flatMap((policy) => spec.keys.map((key) => ({
+      policy, key,
+      label: !policy ? key : spec.keys.length === 1 ? policy : policy + ": " + key,
+    })));
+    return { lines, chart: makePlot(el, spec.title, lines.map((l) => l.label)) };
+  });
+  const steps = new Map();  // step -> { policy: that policy's step }
+  const after = new Map(policies.map((p) => [p, -1]));
+  async function pullPolicy(policy) {
     let fetched = 0;
+    const query = policy ? "&policy=" + encodeURIComponent(policy) : "";
     for (;;) {
-      const page = await getJSON(url + "?after=" + after + "&limit=5000");
+      const page = await getJSON(url + "?after=" + after.get(policy) + "&limit=5000" + query);
       for (const step of page.items) {
-        if (step.step <= after) continue;  // x must grow strictly, or uPlot loops forever
-        if (step.step === 0) { after = 0; continue; }  // the warm-up checkpoint: no RL metrics
-        charts.forEach(({ spec }, c) => {
-          data[c][0].push(step.step);
-          spec.keys.forEach((k, i) => data[c][i + 1].push(value(step, k)));
-        });
-        after = step.step;
+        if (step.step <= after.get(policy)) continue;  // a slow answer must not count twice
+        after.set(policy, step.step);
+        if (step.step === 0) continue;  // the warm-up checkpoint: no RL metrics
+        if (!steps.has(step.step)) steps.set(step.step, {});
+        steps.get(step.step)[policy] = step;
         fetched += 1;
       }
       if (page.next === null) break;
     }
-    if (fetched) charts.forEach(({ chart }, c) => chart.setData(data[c]));
-    el.dataset.steps_loaded = String(data[0][0].length);
+    return fetched;
+  }
+  async function pull() {
+    let fetched = 0;
+    for (const policy of policies) fetched += await pullPolicy(policy);
+    // x must grow strictly, or uPlot loops forever: the steps, sorted.
+    const xs = [...steps.keys()].sort((a, b) => a - b);
+    if (fetched) {
+      charts.forEach(({ lines, chart }) => chart.setData([xs].concat(lines.map((l) => xs.map((x) => {
+        const step = steps.get(x)[l.policy];
+        return step === undefined ? null : value(step, l.key);
+      })))));
+    }
+    el.dataset.steps_loaded = String(xs.length);
   }
   await pull();
   let busy = false;  // one pull at a time: a slow answer must not be appended twice
