@@ -78,15 +78,18 @@ OVERRIDES = [
 ]
 
 
-def run_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
-    """One `rollout train` run in a fresh state folder; its per-step rewards and duration."""
-    state = Path(tempfile.mkdtemp(prefix=f"gridworld-bench-{seed}-"))
+def train_cpu_tiny(
+    environment: str, steps: int, overrides: list[str], label: str
+) -> tuple[Path, dict[str, Any], float]:
+    """`rollout train ENVIRONMENT --preset cpu-tiny` with `overrides` in a fresh state folder
+    (the embedded Postgres, left running for the caller to read): the folder, the `--json`
+    summary and the seconds it took. Exits naming `label` if the run fails."""
+    state = Path(tempfile.mkdtemp(prefix="gridworld-bench-"))
     command = [
-        *(sys.executable, "-m", "rollout.cli", "train", args.env, "--preset", "cpu-tiny"),
-        *("--steps", str(args.steps), "--json"),
+        *(sys.executable, "-m", "rollout.cli", "train", environment, "--preset", "cpu-tiny"),
+        *("--steps", str(steps), "--json"),
     ]
-    overrides = [*OVERRIDES, f"groups_per_step={args.groups}", f"seed={seed}"]
-    for override in [*overrides, *args.overrides]:
+    for override in overrides:
         command += ["--set", override]
     env = dict(os.environ, ROLLOUT_STATE_DIR=str(state))
     env.pop("ROLLOUT_DATABASE_URL", None)
@@ -94,8 +97,14 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
     result = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
     seconds = time.monotonic() - began
     if result.returncode != 0:
-        sys.exit(f"rollout train failed (seed {seed}):\n{result.stderr[-3000:]}")
-    summary = json.loads(result.stdout)
+        sys.exit(f"rollout train failed ({label}):\n{result.stderr[-3000:]}")
+    return state, json.loads(result.stdout), seconds
+
+
+def run_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
+    """One `rollout train` run in a fresh state folder; its per-step rewards and duration."""
+    overrides = [*OVERRIDES, f"groups_per_step={args.groups}", f"seed={seed}", *args.overrides]
+    state, summary, seconds = train_cpu_tiny(args.env, args.steps, overrides, f"seed {seed}")
     try:
         rewards = _step_rewards(state, summary["run_id"])
         closer = _closer_by_version(state, summary["run_id"])

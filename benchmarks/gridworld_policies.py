@@ -20,15 +20,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import subprocess
-import sys
-import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-from gridworld_learning import OVERRIDES, _mean, _sem  # the same recipe and statistics
+from gridworld_learning import (  # the same recipe, run and statistics
+    OVERRIDES,
+    _mean,
+    _sem,
+    train_cpu_tiny,
+)
 
 from rollout.ledger import stop_embedded
 
@@ -63,22 +63,10 @@ def main() -> None:
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    state = Path(tempfile.mkdtemp(prefix="gridworld-policies-"))
-    command = [
-        *(sys.executable, "-m", "rollout.cli", "train", "gridworld.environment:pair"),
-        *("--preset", "cpu-tiny", "--steps", str(args.steps), "--json"),
-    ]
     overrides = [*OVERRIDES, f"groups_per_step={args.groups}", f"seed={args.seed}", POLICIES]
-    for override in [*overrides, *args.overrides]:
-        command += ["--set", override]
-    env = dict(os.environ, ROLLOUT_STATE_DIR=str(state))
-    env.pop("ROLLOUT_DATABASE_URL", None)
-    began = time.monotonic()
-    result = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
-    seconds = time.monotonic() - began
-    if result.returncode != 0:
-        sys.exit(f"rollout train failed:\n{result.stderr[-3000:]}")
-    summary = json.loads(result.stdout)
+    state, summary, seconds = train_cpu_tiny(
+        "gridworld.environment:pair", args.steps, [*overrides, *args.overrides], "two policies"
+    )
     try:
         rewards = policy_rewards(state, summary["run_id"])
     finally:

@@ -1,17 +1,22 @@
-"""The web monitor's run page and checkpoint tree of a run with several policies, over real
-HTTP: a reward curve and a checkpoint chain per policy, each labelled by its policy, while a run
-with one policy reads as it always did."""
+"""The monitor of a run with several policies: `rollout runs show` has a line per policy (its
+agents, steps, rewards, checkpoint chain and serving), and the web run page and checkpoint tree,
+over real HTTP, have a reward curve and a checkpoint chain per policy, each labelled by its
+policy, while a run with one policy reads as it always did."""
 
 from __future__ import annotations
 
+import io
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import httpx
 import pytest
+from rich.console import Console
 
 from rollout.ledger import CheckpointRecord, Ledger, ServingRecord
 from rollout.ledger.leases import trainer_lease
+from rollout.monitor.queries import run_detail
+from rollout.monitor.render import print_run
 from rollout.runs.config import RunConfig
 from rollout.runs.spec import RunSpec
 
@@ -54,6 +59,19 @@ async def train(ledger: Ledger, name: str, rewards: dict[str, list[float]]) -> s
         await ledger.set_serving(lease, ServingRecord(run.run_id, newest, uris, 0.0, policy))
         await ledger.ack_serving(run.run_id, f"server-{policy}", newest, policy=policy)
     return run.run_id
+
+
+async def test_runs_show_has_a_line_per_policy(ledger: Ledger) -> None:
+    run_id = await train(ledger, "two", {"walker": [0.1, 0.2], "avoider": [0.7, 0.9]})
+    detail = await run_detail(ledger, run_id)
+    assert detail["policies"]["walker"]["rewards"] == [0.1, 0.2]
+    assert [c["version"] for c in detail["policies"]["avoider"]["checkpoints"]] == [0, 1, 2]
+    out = io.StringIO()
+    print_run(Console(file=out, width=200), detail)
+    text = out.getvalue()
+    assert "policy walker (agents [0]): 2 steps, reward 0.150 -> 0.150" in text
+    assert "policy avoider (agents [1]): 2 steps, reward 0.800 -> 0.800" in text
+    assert "servers: {'server-avoider': 2}" in text
 
 
 @pytest.fixture
