@@ -188,7 +188,8 @@ class MonitorStore:
         names = policy_map(record).names
         if policy is None:
             if len(names) == 1:
-                return names[0]
+                (only,) = names
+                return only
             raise BadParameter(
                 f"run {record.name!r} has several policies ({', '.join(names)}): pass policy=NAME"
             )
