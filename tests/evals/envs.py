@@ -1,4 +1,5 @@
-"""Environments for the eval tests: a slow one (so a kill lands mid-suite) and a two-agent one."""
+"""Environments for the eval tests: a slow one (so a kill lands mid-suite), two-agent ones, and
+one that rewards about half of a random model's replies."""
 
 from __future__ import annotations
 
@@ -31,6 +32,17 @@ class Pair(Task):
         return End(reward=1.0 if reply.text.strip() == "5" else 0.0)
 
 
+class Roles(Task):
+    """Two agents whatever they reply: agent 0's seat ends with reward 1.0, agent 1's with 0.25,
+    so a score that mixes the two agents' seats shows."""
+
+    async def start(self, run: RunContext) -> Observation:
+        return Observation(f"Say something ({self.parameters['n']}).")
+
+    async def respond(self, run: RunContext, reply: Message) -> Observation:
+        return End(reward=1.0 if run.agent == 0 else 0.25)
+
+
 class FirstCharacter(Task):
     """Rewards a reply whose first character has an even code: about half of a random model's
     replies, so two engines sampling the same model score alike within their intervals."""
@@ -50,6 +62,14 @@ slow = Environment(
     max_turns=1,
 )
 pair = Environment(name="pair", task=Pair, agents=2, max_turns=1)
+roles = Environment(
+    name="roles",
+    task=Roles,
+    agents=2,
+    parameters=lambda rng: {"n": rng.randint(1, 1000)},
+    max_turns=1,
+)
+trio = Environment(name="trio", task=Roles, agents=3, max_turns=1)
 first_character = Environment(
     name="first-character",
     task=FirstCharacter,

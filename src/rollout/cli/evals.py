@@ -8,6 +8,7 @@ import typer
 from rich.table import Table
 
 from rollout.cli.common import JsonFlag, console, err_console, print_json, query, run_async
+from rollout.contracts import DEFAULT_POLICY
 
 evals_app = typer.Typer(
     help="Versioned eval suites: run them on any checkpoint, list and compare scores.",
@@ -24,18 +25,23 @@ def _fmt(value: float | None, signed: bool = False) -> str:
 
 
 def _print_scores(rows: list[dict[str, Any]]) -> None:
-    """One table per run and suite version: a row per checkpoint and environment."""
+    """One table per run and suite version: a row per checkpoint and environment (and policy,
+    for a run with several policies: a `policy` column then)."""
     tables: dict[tuple[str, str], Table] = {}
+    several = {r["run_id"] for r in rows if r.get("policy", DEFAULT_POLICY) != DEFAULT_POLICY}
     for row in rows:
         key = (row["run_id"], f"{row['suite']}@{row['suite_version']}")
+        per_policy = row["run_id"] in several
         if key not in tables:
             tables[key] = Table(
-                "checkpoint", "environment", "score", "95% CI", "n", "Δ base", "Δ prev",
+                "checkpoint", "environment", *(["policy"] if per_policy else []), "score",
+                "95% CI", "n", "Δ base", "Δ prev",
                 title=f"run {key[0]}: suite {key[1]}",
             )  # fmt: skip
         tables[key].add_row(
             row["checkpoint"],
             row["environment"],
+            *([row["policy"]] if per_policy else []),
             _fmt(row["score"]),
             f"{row['ci_low']:.2f}-{row['ci_high']:.2f}",
             str(row["episodes"]) + (f" ({row['failed']} failed)" if row["failed"] else ""),
@@ -137,8 +143,8 @@ def evals_show(
     suite: Annotated[str | None, typer.Option(help="Only this suite (by name).")] = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """Scores per checkpoint and environment, with the delta to the base model and to the
-    previous eval."""
+    """Scores per checkpoint and environment (and policy, for a run with several), with the
+    delta to the base model and to the previous eval."""
     rows = query(lambda ledger: _scores(ledger, run, suite))
     if as_json:
         print_json(rows)

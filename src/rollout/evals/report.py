@@ -1,8 +1,9 @@
 """Eval results for people and scripts: scores with deltas, and jobs with their progress.
 
-`score_rows` gives one row per (run, suite version, checkpoint, environment) with the delta to
-the base model's score and to the previous evaluated checkpoint's score under the same suite
-version (None where there is none). `job_rows` gives one row per job.
+`score_rows` gives one row per (run, suite version, checkpoint, environment, policy) with the
+delta to the base model's score and to the previous evaluated checkpoint's score under the same
+suite version and policy (None where there is none); a run with one policy has the policy 'main'
+on every row. `job_rows` gives one row per job.
 
 Example:
     >>> from rollout.ledger.evals import EvalScoreRecord
@@ -37,15 +38,16 @@ def _delta(score: float, other: float | None) -> float | None:
 
 
 def score_rows(scores: Sequence[EvalScoreRecord]) -> list[dict[str, Any]]:
-    """Rows ordered by run, suite, suite version, checkpoint and the environment's position."""
+    """Rows ordered by run, suite, suite version, checkpoint, the environment's position and
+    policy (as recorded, for scores of one checkpoint and environment)."""
     ordered = sorted(
         scores, key=lambda s: (s.run_id, s.suite, s.suite_version, s.version, s.position)
     )
-    base: dict[tuple[str, str, str, str], float] = {}
-    previous: dict[tuple[str, str, str, str], float] = {}
+    base: dict[tuple[str, str, str, str, str], float] = {}
+    previous: dict[tuple[str, str, str, str, str], float] = {}
     rows: list[dict[str, Any]] = []
     for s in ordered:
-        key = (s.run_id, s.suite, s.suite_version, s.environment)
+        key = (s.run_id, s.suite, s.suite_version, s.environment, s.policy)
         if s.version == BASE_VERSION:
             base[key] = s.score
         rows.append(
@@ -57,6 +59,7 @@ def score_rows(scores: Sequence[EvalScoreRecord]) -> list[dict[str, Any]]:
                 "version": s.version,
                 "job_id": s.job_id,
                 "environment": s.environment,
+                "policy": s.policy,
                 "score": s.score,
                 "ci_low": s.ci_low,
                 "ci_high": s.ci_high,

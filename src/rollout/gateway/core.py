@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from rollout.contracts import (
@@ -84,7 +84,8 @@ class Gateway:
         recent_turns_per_seat: recent turns each seat keeps in memory.
         policies: a run with several policies (`rollout.runs.policies`): each policy's backend,
             and `policy_of` the policy of each agent index; each seat samples from its agent's
-            policy (the backend reports the policy, and the turn records it).
+            policy, and the turn records that policy (a backend that serves one policy, such as
+            a local weight set, does not name it).
         policy_of: agent index -> policy name (with `policies`).
     """
 
@@ -256,6 +257,8 @@ class Gateway:
     ) -> TurnResult:
         """Parse and record the sampled completion; the result the adapters render."""
         params = prepared.params
+        if self.policies and self.policy_of is not None:  # sampled by the seat's policy
+            completion = replace(completion, policy=self.policy_of(info.agent))
         completion, stop_sequence = self.text.cut_at_stop_string(completion, params.stop)
         parsed = self.renderer.parse(completion.tokens)
         if stop_sequence is not None and stop_sequence in parsed.text:

@@ -28,7 +28,7 @@ from rollout.blobs import BlobStore
 from rollout.contracts import DEFAULT_POLICY, SamplingParams
 from rollout.inference.base import InferenceBackend, sample_stream
 from rollout.inference.remote import SECRET_HEADER, chunk_to_json, completion_to_json
-from rollout.inference.weights_cache import fetch
+from rollout.inference.weights_cache import fetch, version_folder
 from rollout.ledger import Ledger
 
 log = logging.getLogger("rollout.inference")
@@ -168,10 +168,7 @@ class ServingFollower:
             log.warning("serving record v%s has no %r files", record.version, self.backend_name)
             return False
         # Shared with the run's other roles on this machine (weights_cache), filled atomically.
-        name = f"v{record.version}"
-        folder = self.cache_dir / (
-            name if self.policy == DEFAULT_POLICY else f"{self.policy}-{name}"
-        )
+        folder = self.cache_dir / version_folder(record.version, self.policy)
         local = await asyncio.to_thread(fetch, self.blobs, uri, folder)
         await self.backend.load_weights(local, record.version)
         self.serving_version = record.version

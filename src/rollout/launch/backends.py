@@ -77,11 +77,12 @@ async def start_backend(
             loads checkpoints that must not replace what the run's server serves).
         state_dir: Where the scripted model's tokenizer is cached.
         per_policy: For a run of several policies, a backend per policy too (the inference
-            role serves each policy's versions; see `StartedBackend.policies`).
+            role serves each policy's versions, the evaluator each policy's checkpoint of the
+            version it evaluates; see `StartedBackend.policies`).
     """
     name = backend_name(spec)
     training = spec.training
-    # Only the inference role asks for each policy's backend (the evaluator samples main's).
+    # The inference role, and the evaluator on a checkpoint, ask for each policy's backend.
     mapping = PolicyMap.recorded(training.policies if training is not None and per_policy else {})
     several = mapping.several
     if name == SCRIPTED:

@@ -39,7 +39,7 @@ from rollout.training import retention
 ORPHAN_AGE = 600.0
 """Seconds a blob folder of an existing run must be unreferenced and old before gc takes it."""
 _PROCESS_FOLDER = re.compile(r"^[a-z]+-(\d+)$")  # trainer-1234, vllm-1234: a process's scratch
-# v12 (the default policy's), scout-v12 (another's: rollout.inference.server)
+# v12 (the default policy's), scout-v12 (another's: weights_cache.version_folder)
 _CACHED_CHECKPOINT = re.compile(r"^(?:([a-z][a-z0-9_-]*)-)?v(\d+)$")
 
 

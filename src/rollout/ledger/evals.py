@@ -4,7 +4,9 @@ A job plays one version of a suite on one checkpoint of a run (version -1: the r
 model). Its episodes are ordinary ledger episodes of kind 'eval' whose `group_index` is the job
 id and whose `member` is the episode's place in the suite, so seat claims, turns and seat ends
 work exactly as for training; the trainer reads kind 'train' only. Scores are facts written
-once per (job, environment), all of a job's in one transaction.
+once per (job, policy, environment), all of a job's in one transaction: a run with several
+policies (`rollout.runs.policies`) gets a score per policy and environment, a run with one
+policy its scores under the policy 'main'.
 
 - `register_eval_suite`: record a suite version's content; the same name and version with
   another content hash is refused (`SuiteVersionConflict`): a changed suite needs a new version.
@@ -31,6 +33,7 @@ from psycopg import errors as pg_errors
 from psycopg.rows import class_row, dict_row
 from psycopg.types.json import Jsonb
 
+from rollout.contracts import DEFAULT_POLICY
 from rollout.ledger.connection import LedgerConnection
 from rollout.ledger.errors import InvalidInput, LedgerError, NotFound
 from rollout.ledger.records import SeatClaim
@@ -94,7 +97,8 @@ class EvalSeatEnd:
 
 @dataclass(frozen=True)
 class EvalScore:
-    """One environment's score in one job: the mean episode reward and its 95% interval."""
+    """One environment's score in one job: the mean episode reward and its 95% interval (of
+    one policy's agents' seats, in a run with several policies)."""
 
     environment: str
     position: int
@@ -104,6 +108,8 @@ class EvalScore:
     episodes: int
     failed: int
     method: str
+    policy: str = DEFAULT_POLICY
+    """The policy whose agents' seats the score averages (`rollout.runs.policies`)."""
 
 
 @dataclass(frozen=True)
@@ -124,6 +130,8 @@ class EvalScoreRecord:
     created_at: float
     backend: str | None = None
     """The inference backend that sampled the job (None: recorded before backends were named)."""
+    policy: str = DEFAULT_POLICY
+    """The policy whose agents' seats the score averages ('main' in a run with one policy)."""
 
 
 INSERT_SUITE: LiteralString = """
@@ -225,18 +233,18 @@ ORDER BY e.member, se.agent
 """
 INSERT_SCORE: LiteralString = """
 INSERT INTO eval_scores (job_id, environment, position, run_id, score, ci_low, ci_high,
-                         episodes, failed, method, backend)
+                         episodes, failed, method, backend, policy)
 VALUES (%(job)s, %(environment)s, %(position)s, %(run)s, %(score)s, %(ci_low)s, %(ci_high)s,
-        %(episodes)s, %(failed)s, %(method)s, %(backend)s)
+        %(episodes)s, %(failed)s, %(method)s, %(backend)s, %(policy)s)
 ON CONFLICT DO NOTHING RETURNING 1
 """
 SELECT_SCORES: LiteralString = """
 SELECT s.job_id, j.run_id, j.suite, j.suite_version, j.version, s.environment, s.position,
        s.score, s.ci_low, s.ci_high, s.episodes, s.failed, s.method,
-       extract(epoch FROM s.created_at)::float8 AS created_at, s.backend
+       extract(epoch FROM s.created_at)::float8 AS created_at, s.backend, s.policy
 FROM eval_scores s JOIN eval_jobs j ON j.job_id = s.job_id
 WHERE (%(run)s::text IS NULL OR j.run_id = %(run)s)
-ORDER BY j.run_id, j.suite, j.suite_version, j.version, s.position, s.job_id
+ORDER BY j.run_id, j.suite, j.suite_version, j.version, s.position, s.policy, s.job_id
 """
 
 
@@ -454,9 +462,9 @@ class EvalsMixin(LedgerConnection):
     async def record_eval_scores(
         self, job: EvalJob, scores: Sequence[EvalScore], *, backend: str
     ) -> bool:
-        """Record a finished job's scores, one per environment, in one transaction, naming the
-        inference `backend` that sampled them. True if new; a retry (or a second evaluator)
-        finds them recorded and changes nothing."""
+        """Record a finished job's scores, one per policy and environment, in one transaction,
+        naming the inference `backend` that sampled them. True if new; a retry (or a second
+        evaluator) finds them recorded and changes nothing."""
         if not scores:
             raise InvalidInput(f"scores of job {job.job_id} must not be empty")
         if not backend:
@@ -476,7 +484,8 @@ class EvalsMixin(LedgerConnection):
         return new
 
     async def eval_scores(self, run_id: str | None = None) -> list[EvalScoreRecord]:
-        """Every recorded score (of one run, or all), by run, suite, checkpoint, position."""
+        """Every recorded score (of one run, or all), by run, suite, checkpoint, position and
+        policy."""
         async with (
             self._pool.connection() as conn,
             conn.cursor(row_factory=class_row(EvalScoreRecord)) as cursor,

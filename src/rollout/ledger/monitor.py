@@ -111,9 +111,10 @@ RUN_HAS_EVALS: LiteralString = (
 )
 EVAL_SCORES: LiteralString = """
 SELECT j.version, j.suite, j.suite_version, s.environment, s.score, s.ci_low, s.ci_high,
-       s.episodes, s.failed, s.method, extract(epoch FROM s.created_at)::float8 AS created_at
+       s.episodes, s.failed, s.method, extract(epoch FROM s.created_at)::float8 AS created_at,
+       s.policy
 FROM eval_scores s JOIN eval_jobs j ON j.job_id = s.job_id
-WHERE s.run_id = %(run_id)s ORDER BY j.version, j.suite, j.suite_version, s.position
+WHERE s.run_id = %(run_id)s ORDER BY j.version, j.suite, j.suite_version, s.position, s.policy
 LIMIT 10000
 """
 

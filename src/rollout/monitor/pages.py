@@ -140,9 +140,11 @@ async def checkpoints_page(
     store = store_of(request)
     detail = await store.run(run)
     evals: dict[int, list[dict[str, Any]]] = {}
+    policy_evals: dict[str, dict[int, list[dict[str, Any]]]] = {}  # each policy's scores
     if detail["has_evals"]:
         for row in (await store.evals(run))["items"]:
             evals.setdefault(row["version"], []).append(row)
+            policy_evals.setdefault(row["policy"], {}).setdefault(row["version"], []).append(row)
     if not detail["policies"]:
         tree = await store.checkpoints(run, after=after, limit=200)
         return _page(request, "checkpoints.html", run=detail, tree=tree, evals=evals, after=after)
@@ -151,13 +153,13 @@ async def checkpoints_page(
         name: await store.checkpoints(run, after=after if policy else -1, limit=200, policy=name)
         for name in names
     }
-    # Scheduled evals play the default policy's checkpoints only.
+    # An eval of version V plays every policy's checkpoint V and scores each policy.
     return _page(
         request,
         "checkpoints.html",
         run=detail,
         chains=chains,
-        evals=evals,
+        evals=policy_evals,
         after=after if policy else -1,
         policy=policy,
     )

@@ -13,8 +13,8 @@ Abstractions:
   settings, counts and serving state), `steps` (train steps after a step, with episodes/s and
   tokens/s derived from the time between steps);
 - checkpoints: `checkpoints` (versions with parents, conversions per backend, when each was
-  published and which servers serve it), `evals` (eval scores per checkpoint, suite version
-  and environment, where the ledger records evals);
+  published and which servers serve it), `evals` (eval scores per checkpoint, suite version,
+  environment and policy, where the ledger records evals);
 - policies (`rollout.runs.policies`): `steps` and `checkpoints` are one policy's chain, the
   run's only policy's unless a `policy` is named (a run with several must name one); `run`
   lists a run's several policies with each one's agents, newest version and serving state

@@ -154,6 +154,8 @@ class Trainer:
         self._lease_renewed = 0.0
         self.evals: list[EvalSchedule] = []
         """The run's eval schedule (read from the run when `run` starts)."""
+        self.policy_names: tuple[str, ...] = (DEFAULT_POLICY,)
+        """The run's policies (read from the run when `run` starts)."""
         self.upload_attempts = UPLOAD_ATTEMPTS
         """Attempts at uploading a checkpoint before the trainer gives up (and exits)."""
         self.upload_delay = 0.5
@@ -203,6 +205,7 @@ class Trainer:
         if lease is None:
             return
         mapping = PolicyMap.recorded(config.policies)
+        self.policy_names = mapping.names
         policies: list[_PolicyState] = []
         for name in mapping.names:
             provider = await asyncio.to_thread(make_provider, config, model_dir, name)
@@ -430,8 +433,11 @@ class Trainer:
         log.info(
             "step %s%s: %s", version, "" if policy == DEFAULT_POLICY else f" {policy}", metrics
         )
-        for schedule in self.evals:  # scheduled evals: the evaluator role plays them
-            if schedule.due(version) and policy == DEFAULT_POLICY:  # per policy: not yet
+        # Scheduled evals (the evaluator role plays them): of version V once every policy has
+        # it (an eval plays each policy's checkpoint V).
+        due = [schedule for schedule in self.evals if schedule.due(version)]
+        if due and await self._every_policy_has(version, policy):
+            for schedule in due:
                 await self.ledger.request_eval(self.run_id, schedule.suite, version)
         # The local save was only the upload's source; old checkpoints' files go by retention.
         await asyncio.to_thread(shutil.rmtree, local, True)
@@ -439,6 +445,15 @@ class Trainer:
             await retention.apply(self.ledger, self.blobs, self.run_id)
         except Exception:  # files left behind are `rollout gc`'s to delete, never a failed step
             log.exception("checkpoint retention failed")
+
+    async def _every_policy_has(self, version: int, saved: str) -> bool:
+        """Whether every policy of the run has checkpoint `version` (`saved` just recorded it)."""
+        for name in self.policy_names:
+            if name != saved:
+                latest = await self.ledger.latest_checkpoint(self.run_id, policy=name)
+                if latest is None or latest.version < version:
+                    return False
+        return True
 
     async def _queue_groups(
         self, environment: Environment, config: RunConfig, group_size: int, version: int

@@ -12,8 +12,8 @@ on its own: of each policy's versions, a run keeps
   --keep-version V`; in every policy's chain);
 - whatever a server serves or is told to serve (the policy's serving record and every
   acknowledgement of it);
-- versions an eval still has to play (a request without a scored job; evals play the default
-  policy's checkpoints).
+- versions an eval still has to play (a request without a scored job; in every policy's chain,
+  since an eval of version V plays each policy's checkpoint V).
 
 The others' files (the checkpoint and its conversions) are deleted and the deletion is recorded
 as a fact: the run setting `deleted_checkpoints` lists the default policy's versions whose files
@@ -66,15 +66,14 @@ class Retention:
 
 async def pinned_versions(ledger: Ledger, run_id: str, policy: str = DEFAULT_POLICY) -> set[int]:
     """`policy`'s versions kept whatever their age: marked, served, or still to be evaluated
-    (evals play the default policy's checkpoints)."""
+    (an eval of version V plays every policy's checkpoint V)."""
     pinned = set((await ledger.run_settings(run_id)).keep_versions)
     serving = await ledger.serving(run_id, policy=policy)
     if serving is not None:
         pinned.add(serving.version)
     pinned |= set((await ledger.serving_acks(run_id, policy=policy)).values())
-    if policy == DEFAULT_POLICY:
-        pinned |= {r.version for r in await ledger.eval_requests(run_id) if r.job_id is None}
-        pinned |= {job.version for job in await ledger.eval_jobs(run_id) if not job.scored}
+    pinned |= {r.version for r in await ledger.eval_requests(run_id) if r.job_id is None}
+    pinned |= {job.version for job in await ledger.eval_jobs(run_id) if not job.scored}
     return pinned
 
 

@@ -3,6 +3,9 @@
 `evaluate` records a 'demand' request for the checkpoint, turns it into a job (registering the
 suite version), and, unless asked only to queue it, plays the job in this process with its own
 `Evaluator` (any evaluator role of the run may share the work) until it is scored.
+
+A run with several policies is evaluated at a version every policy has (`run_versions`), each
+agent's seats on its own policy's checkpoint of it.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from pathlib import Path
 from rollout.blobs import BlobStore
 from rollout.evals.errors import EvalError
 from rollout.evals.jobs import episode_specs
-from rollout.launch.evaluator.worker import Evaluator
+from rollout.launch.evaluator.worker import Evaluator, check_agents, run_policies, run_versions
 from rollout.ledger import Ledger, RunRecord
 from rollout.ledger.evals import BASE_VERSION, EvalJob
 from rollout.runs.errors import RunError
@@ -35,10 +38,11 @@ async def pick_run(ledger: Ledger, run: str | None) -> RunRecord:
 
 async def checkpoint_version(ledger: Ledger, run: RunRecord, checkpoint: str) -> int:
     """`base` -> -1, `latest` -> the newest checkpoint, `N` or `vN` -> N (it must exist and
-    still have its files: retention may have deleted them)."""
+    still have its files: retention may have deleted them). For a run with several policies, a
+    version every policy has, with its files in every policy's chain."""
     if checkpoint == "base":
         return BASE_VERSION
-    versions = [c.version for c in await ledger.checkpoints(run.run_id)]
+    versions = await run_versions(ledger, run)
     if checkpoint == "latest":
         if not versions:
             raise EvalError(f"run {run.name!r} has no checkpoint yet: evaluate 'base'")
@@ -53,7 +57,8 @@ async def checkpoint_version(ledger: Ledger, run: RunRecord, checkpoint: str) ->
             f"{versions[0] if versions else '-'}..{versions[-1] if versions else '-'}, "
             f"not {version}"
         )
-    deleted = set((await ledger.run_settings(run.run_id)).deleted_checkpoints)
+    settings = await ledger.run_settings(run.run_id)
+    deleted = {v for policy in run_policies(run).names for v in settings.deleted_of(policy)}
     if version in deleted:
         kept = [v for v in versions if v not in deleted]
         raise EvalError(
@@ -70,6 +75,7 @@ async def queue_eval(
     """Request, register and create the job of `suite` on checkpoint `version` of `run`."""
     ledger = evaluator.ledger
     resolved = await evaluator.register(suite)
+    check_agents(run, resolved)
     await ledger.request_eval(run.run_id, suite, version, trigger)
     job = await ledger.create_eval_job(
         run.run_id,

@@ -14,6 +14,7 @@ from typing import Any
 from rich.console import Console
 
 from rollout.blobs import BlobStore
+from rollout.contracts import DEFAULT_POLICY
 from rollout.errors import RolloutError
 from rollout.ledger import Ledger, RunRecord
 from rollout.settings import get_settings
@@ -56,7 +57,7 @@ async def wait_for_evals(
 ) -> None:
     """After a run with an eval schedule finished training: wait until its evaluator has scored
     the scheduled evals (it marks the run `evaluated`), then print each suite's first and last
-    scores per environment.
+    scores per environment (and policy, for a run with several).
 
     Raises:
         RolloutError: `stopped` reported that the local roles stopped before that.
@@ -70,14 +71,15 @@ async def wait_for_evals(
                 raise RolloutError(problem)
             await ledger.wait("settings", 1.0, run_id=run.run_id)
     rows = score_rows(await ledger.eval_scores(run.run_id))
-    series: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    series: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     for row in rows:
-        key = (f"{row['suite']}@{row['suite_version']}", row["environment"])
+        key = (f"{row['suite']}@{row['suite_version']}", row["environment"], row["policy"])
         series.setdefault(key, []).append(row)
-    for (suite, environment), points in series.items():
+    for (suite, environment, policy), points in series.items():
         first, last = points[0], points[-1]
+        shown = "" if policy == DEFAULT_POLICY else f" {policy}"
         console.print(
-            f"eval {suite} {environment}: {first['score']:.3f} ({first['checkpoint']}) -> "
+            f"eval {suite} {environment}{shown}: {first['score']:.3f} ({first['checkpoint']}) -> "
             f"{last['score']:.3f} ({last['checkpoint']})"
         )
     console.print(f"eval scores per checkpoint: `rollout evals show {run.name}`")

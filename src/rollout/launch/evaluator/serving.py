@@ -8,6 +8,13 @@ gateway app in front of it on loopback, in this process. Eval seats talk to that
 their own keys, so every eval turn is recorded like any other, reporting the version that
 sampled it, and the job's scores name the backend (`backend`). A checkpoint the bridge has not
 converted yet (or never will: the run finished) is converted here.
+
+A run with several policies (`rollout.runs.policies`) gets a backend per policy
+(`start_backend(per_policy=True)`: a weight set each on the local backend, an adapter each on the
+one vLLM server), each loaded with its own policy's checkpoint `version`, and the gateway routes
+each seat to its agent's policy and records that policy with the turn. The base model (version
+-1) is the same for every policy: one backend serves it, each turn still recorded with its
+agent's policy.
 """
 
 from __future__ import annotations
@@ -18,8 +25,10 @@ from pathlib import Path
 
 from rollout.blobs import BlobStore
 from rollout.bridges.convert import convert_checkpoint
+from rollout.contracts import DEFAULT_POLICY
 from rollout.evals.errors import EvalError
 from rollout.evals.report import version_label
+from rollout.inference.base import InferenceBackend
 from rollout.inference.weights_cache import fetch, weights_folder
 from rollout.launch.backends import StartedBackend, backend_name, start_backend
 from rollout.launch.serve import serve_gateway
@@ -27,6 +36,7 @@ from rollout.ledger import Ledger, NotFound, RunRecord
 from rollout.ledger.evals import BASE_VERSION
 from rollout.net.server import AppServer
 from rollout.rendering.base import Renderer
+from rollout.runs.policies import PolicyMap
 from rollout.runs.spec import RunSpec
 
 log = logging.getLogger("rollout.evaluator")
@@ -62,21 +72,43 @@ class CheckpointServer:
             raise EvalError("the scripted model has no checkpoints: evaluate 'base'")
         renderer = await asyncio.to_thread(self._renderer, spec)
         work = self.cache_dir / run.run_id / "evaluator-engine"
+        mapping = seat_policies(spec)
         started = await start_backend(
-            spec, work, version=version, own_server=not _shares_run_server(spec, version)
+            spec,
+            work,
+            version=version,
+            own_server=not _shares_run_server(spec, version),
+            per_policy=mapping.several and version != BASE_VERSION,
         )
         try:
+            # Each policy's backend (the one backend for a run with one policy).
+            backends: dict[str, InferenceBackend] = {DEFAULT_POLICY: started.backend}
+            if mapping.several:
+                if version == BASE_VERSION:
+                    backends = dict.fromkeys(mapping.names, started.backend)
+                elif started.policies is None:
+                    raise EvalError(
+                        f"the {name} backend has no backend per policy: run {run.name!r} of "
+                        f"policies {', '.join(mapping.names)} cannot be evaluated on it"
+                    )
+                else:
+                    backends = dict(started.policies)
             if version != BASE_VERSION:
-                folder = await self._weights(run, version, name)
-                load = getattr(started.backend, "load_weights", None)
-                if load is None:
-                    raise EvalError(f"model {spec.model!r} cannot load checkpoint weights")
-                await load(folder, version)
+                for policy, backend in backends.items():
+                    folder = await self._weights(run, version, name, policy)
+                    load = getattr(backend, "load_weights", None)
+                    if load is None:
+                        raise EvalError(f"model {spec.model!r} cannot load checkpoint weights")
+                    await load(folder, version)
+            routing = (
+                {"policies": backends, "policy_of": mapping.policy_of} if mapping.several else {}
+            )
             server = await serve_gateway(
                 self.ledger,
                 renderer,
                 started.backend,
                 model_name=f"{run.name}@{version_label(version)}",
+                **routing,
             )
         except BaseException:
             await started.close()
@@ -98,22 +130,29 @@ class CheckpointServer:
             return HFRenderer(default_tokenizer_dir())
         return HFRenderer(Path(spec.model))
 
-    async def _weights(self, run: RunRecord, version: int, conversion: str) -> Path:
-        """The local folder of the checkpoint's `conversion`, converting it if needed."""
-        uri = (await self.ledger.conversions(run.run_id, version)).get(conversion)
+    async def _weights(
+        self, run: RunRecord, version: int, conversion: str, policy: str = DEFAULT_POLICY
+    ) -> Path:
+        """The local folder of `policy`'s checkpoint's `conversion`, converting it if needed."""
+        uri = (await self.ledger.conversions(run.run_id, version, policy=policy)).get(conversion)
         if uri is None:
             checkpoint = next(
-                (c for c in await self.ledger.checkpoints(run.run_id) if c.version == version),
+                (
+                    c
+                    for c in await self.ledger.checkpoints(run.run_id, policy=policy)
+                    if c.version == version
+                ),
                 None,
             )
             if checkpoint is None:
-                raise NotFound(f"run {run.name!r} has no checkpoint version {version}")
+                shown = "" if policy == DEFAULT_POLICY else f"policy {policy!r} of "
+                raise NotFound(f"{shown}run {run.name!r} has no checkpoint version {version}")
             uri = await asyncio.to_thread(
                 convert_checkpoint, self.blobs, checkpoint.uri, conversion
             )
-            await self.ledger.record_conversion(run.run_id, version, conversion, uri)
+            await self.ledger.record_conversion(run.run_id, version, conversion, uri, policy=policy)
         # Shared with the run's inference server on this machine (inference.weights_cache).
-        folder = weights_folder(self.cache_dir, run.run_id, conversion, version)
+        folder = weights_folder(self.cache_dir, run.run_id, conversion, version, policy=policy)
         return await asyncio.to_thread(fetch, self.blobs, uri, folder)
 
     async def close(self) -> None:
@@ -124,6 +163,13 @@ class CheckpointServer:
             await server.stop()
         if started is not None:
             await started.close()
+
+
+def seat_policies(spec: RunSpec) -> PolicyMap:
+    """Which policy plays each agent of the run's eval episodes: the run's recorded mapping
+    (`PolicyMap.recorded`; one policy, 'main', plays every agent of a run that names none)."""
+    training = spec.training
+    return PolicyMap.recorded(training.policies if training is not None else {})
 
 
 def _shares_run_server(spec: RunSpec, version: int) -> bool:

@@ -14,9 +14,16 @@ An evaluator holds no state another process depends on. Each pass it:
    the suite's sampling and ends it under its attempt; once every seat of the job has ended it
    records one score per environment with a 95% interval.
 
+A run with several policies (`rollout.runs.policies`) is evaluated at version V once every
+policy has a checkpoint V (`run_versions`: the trainer steps the policies in turn, so their
+chains have the same versions). Its job plays each agent's seats with that agent's policy's
+checkpoint V and records a score per policy and environment: the mean reward of that policy's
+agents' seats. A suite with an environment of more agents than the run's mapping covers is
+refused (logged once, like a suite that cannot load).
+
 A killed evaluator's claims expire and its episodes are played again as new attempts; the
-first end of a seat wins and scores are written once per (job, environment), so every episode
-counts exactly once. Several evaluators may share work: claims never overlap.
+first end of a seat wins and scores are written once per (job, policy, environment), so every
+episode counts exactly once. Several evaluators may share work: claims never overlap.
 """
 
 from __future__ import annotations
@@ -30,7 +37,9 @@ from pathlib import Path
 from typing import Any
 
 from rollout.blobs import BlobStore
+from rollout.contracts import DEFAULT_POLICY
 from rollout.errors import RolloutError
+from rollout.evals.errors import EvalError
 from rollout.evals.jobs import episode_specs, job_scores
 from rollout.evals.members import member_environment
 from rollout.evals.report import version_label
@@ -39,7 +48,7 @@ from rollout.harness.core import Environment
 from rollout.harness.errors import TaskError
 from rollout.harness.play import make_task, play_seat
 from rollout.launch.backends import backend_name
-from rollout.launch.evaluator.serving import CheckpointServer
+from rollout.launch.evaluator.serving import CheckpointServer, seat_policies
 from rollout.ledger import Ledger, RunRecord, SeatClaim, StaleFence
 from rollout.ledger.evals import EvalJob
 from rollout.net.client import TransportError
@@ -48,9 +57,45 @@ from rollout.runners.client import GatewayClient, seat_completer, seat_context
 from rollout.runners.heartbeat import seat_heartbeat
 from rollout.runs import live
 from rollout.runs.errors import RunError
+from rollout.runs.policies import PolicyMap
 from rollout.runs.spec import RunSpec
 
 log = logging.getLogger("rollout.evaluator")
+
+
+def run_policies(run: RunRecord) -> PolicyMap:
+    """Which policy plays each agent of the run's eval episodes (`seat_policies`; one policy,
+    'main', for a run without a valid run spec)."""
+    try:
+        return seat_policies(RunSpec.of(run))
+    except RunError:
+        return PolicyMap.recorded({})
+
+
+async def run_versions(ledger: Ledger, run: RunRecord) -> list[int]:
+    """The checkpoint versions an eval of the run may play, oldest first: those every policy
+    of the run has (each policy's chain, for a run with several; the run's chain otherwise)."""
+    names = run_policies(run).names
+    common: set[int] | None = None
+    for policy in names:
+        versions = {c.version for c in await ledger.checkpoints(run.run_id, policy=policy)}
+        common = versions if common is None else common & versions
+    return sorted(common or ())
+
+
+def check_agents(run: RunRecord, suite: ResolvedSuite) -> None:
+    """Refuse a suite with an environment of more agents than a run of several policies maps
+    (such an agent would have no policy to sample from)."""
+    mapping = run_policies(run)
+    if not mapping.several:
+        return
+    for member in suite.members:
+        if member.agents > len(mapping.by_agent):
+            raise EvalError(
+                f"suite {suite.name!r}: environment {member.name!r} has {member.agents} agents, "
+                f"but run {run.name!r} maps {len(mapping.by_agent)} to its policies "
+                f"({', '.join(mapping.names)})"
+            )
 
 
 def default_evaluator_id() -> str:
@@ -149,18 +194,16 @@ class Evaluator:
                 continue
             if spec.training is None or not spec.training.evals:
                 continue
-            checkpoints = await self.ledger.checkpoints(run.run_id)
-            if not checkpoints:
+            versions = await run_versions(self.ledger, run)
+            if not versions:
                 continue
             finished = (await self.ledger.run_settings(run.run_id)).finished
             for schedule in spec.training.evals:
-                for checkpoint in checkpoints:
-                    due = schedule.due(checkpoint.version) or (
-                        finished and checkpoint is checkpoints[-1]
-                    )
+                for version in versions:
+                    due = schedule.due(version) or (finished and version == versions[-1])
                     if due:
                         await self.ledger.request_eval(
-                            run.run_id, schedule.suite, checkpoint.version, "schedule"
+                            run.run_id, schedule.suite, version, "schedule"
                         )
 
     async def expand_requests(self) -> None:
@@ -169,6 +212,7 @@ class Evaluator:
             key = (request.run_id, request.suite)
             try:
                 suite = await self.register(request.suite)
+                check_agents(await self._run(request.run_id), suite)
             except RolloutError as error:
                 if key not in self._broken:
                     log.error("eval request %s of run %s: %s", request.suite, request.run_id, error)
@@ -224,8 +268,14 @@ class Evaluator:
             job = await self.ledger.eval_job(job.job_id)
         if job.seats_ended < job.seats or job.scored:
             return played
-        scores = job_scores(suite, await self.ledger.eval_seat_ends(job))
-        backend = backend_name(RunSpec.of(await self._run(job.run_id)))
+        spec = RunSpec.of(await self._run(job.run_id))
+        mapping = seat_policies(spec)
+        scores = job_scores(
+            suite,
+            await self.ledger.eval_seat_ends(job),
+            mapping.policy_of if mapping.several else None,
+        )
+        backend = backend_name(spec)
         if await self.ledger.record_eval_scores(job, scores, backend=backend):
             log.info(
                 "eval job %s (%s@%s on %s, %s): %s",
@@ -234,7 +284,11 @@ class Evaluator:
                 job.suite_version,
                 version_label(job.version),
                 backend,
-                ", ".join(f"{s.environment} {s.score:.3f}" for s in scores),
+                ", ".join(
+                    f"{s.environment}{'' if s.policy == DEFAULT_POLICY else ' ' + s.policy} "
+                    f"{s.score:.3f}"
+                    for s in scores
+                ),
             )
         return True
 

@@ -111,7 +111,8 @@ async function runPlots(el) {
 
 async function evalPlot(el) {
   const page = await getJSON(el.dataset.evals);
-  const label = (r) => r.suite + "@" + r.suite_version + " · " + r.environment;
+  const label = (r) => r.suite + "@" + r.suite_version + " · " + r.environment +
+    (r.policy && r.policy !== "main" ? " · " + r.policy : "");
   const suites = [...new Set(page.items.map(label))];
   const versions = [...new Set(page.items.map((r) => r.version))].sort((a, b) => a - b);
   const rows = suites.map((s) => versions.map((v) => {
