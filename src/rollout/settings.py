@@ -22,6 +22,10 @@ variable; `tests/test_settings.py` checks it):
   loopback while the ledger is reached through a Unix socket (the embedded Postgres: every role
   is on this machine), else the address of the interface that routes outward
   (`rollout.net.address`).
+- `ROLLOUT_TINKER_SERVICE`: `package.module:factory`, the import path of a zero-argument callable
+  that returns the Tinker service client every role uses (an object with `tinker.ServiceClient`'s
+  methods: a fake of Tinker for tests, or another service); unset, the SDK's
+  `tinker.ServiceClient` (`rollout.training.providers.tinker.service_client`).
 
 The platform sets two more for the processes it starts (their names are here too):
 
@@ -52,6 +56,15 @@ Example:
     ... except SettingsError as error:
     ...     print(error)
     ROLLOUT_BLOB_URL must be a folder, file://... or s3://BUCKET/PREFIX, got 'ftp://host/runs'
+    >>> settings.tinker_service, Settings.from_environ(
+    ...     {"ROLLOUT_TINKER_SERVICE": "tests.training.tinker_fake:disk_service"}
+    ... ).tinker_service
+    (None, 'tests.training.tinker_fake:disk_service')
+    >>> try:
+    ...     Settings.from_environ({"ROLLOUT_TINKER_SERVICE": "tinker.ServiceClient"})
+    ... except SettingsError as error:
+    ...     print(error)
+    ROLLOUT_TINKER_SERVICE must be package.module:factory, got 'tinker.ServiceClient'
     >>> settings.one_machine  # the embedded Postgres: a Unix socket
     True
     >>> remote = {"ROLLOUT_DATABASE_URL": "postgresql://u:p@db.internal:5432/rollout"}
@@ -72,6 +85,7 @@ Example:
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
@@ -88,6 +102,7 @@ LOG_MAX_VAR = "ROLLOUT_LOG_MAX_MB"
 VLLM_ENV_VAR = "ROLLOUT_VLLM_ENV"
 MONITOR_TOKEN_VAR = "ROLLOUT_MONITOR_TOKEN"
 HOST_ADDRESS_VAR = "ROLLOUT_HOST_ADDRESS"
+TINKER_SERVICE_VAR = "ROLLOUT_TINKER_SERVICE"
 OWNER_PID_VAR = "ROLLOUT_OWNER_PID"
 ROLE_VAR = "ROLLOUT_ROLE"
 ENVIRONMENT_VARIABLES = (
@@ -99,6 +114,7 @@ ENVIRONMENT_VARIABLES = (
     VLLM_ENV_VAR,
     MONITOR_TOKEN_VAR,
     HOST_ADDRESS_VAR,
+    TINKER_SERVICE_VAR,
 )
 """The variables people set (`rollout --help` lists them)."""
 READ_VARIABLES = (*ENVIRONMENT_VARIABLES, OWNER_PID_VAR)
@@ -112,6 +128,9 @@ BLOB_SCHEMES = ("", "file", "s3", "s3a")
 """The blob store URL schemes: a folder (no scheme, or `file://`) or S3 (`rollout.blobs`)."""
 
 WORKSPACE_MARK = "[tool.uv.workspace]"
+
+IMPORT_PATH = re.compile(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*")
+"""`package.module:attribute` (the shape of `ROLLOUT_TINKER_SERVICE`)."""
 
 
 def find_state_dir(start: Path) -> Path:
@@ -181,6 +200,15 @@ def _blob_url(value: str | None, state: Path) -> str:
     return value
 
 
+def _import_path(name: str, value: str | None) -> str | None:
+    """A variable's `package.module:attribute` (None when unset or empty)."""
+    if not value:
+        return None
+    if not IMPORT_PATH.fullmatch(value):
+        raise SettingsError(f"{name} must be package.module:factory, got {value!r}")
+    return value
+
+
 def _size(name: str, value: str | None, default_mb: float) -> int:
     """A variable's size in megabytes (1,000,000 bytes), as bytes."""
     megabytes = _amount(name, value, default_mb, "megabytes")
@@ -211,6 +239,8 @@ class Settings:
     """The pid of the process that started this one, when it said so."""
     host_address: str | None = None
     """The address this machine's servers listen on and advertise, when given."""
+    tinker_service: str | None = None
+    """`package.module:factory` of the Tinker service client, when given (else the SDK's)."""
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -232,6 +262,7 @@ class Settings:
             monitor_token=env.get(MONITOR_TOKEN_VAR) or None,
             owner_pid=int(owner) if owner.isdigit() else None,
             host_address=env.get(HOST_ADDRESS_VAR) or None,
+            tinker_service=_import_path(TINKER_SERVICE_VAR, env.get(TINKER_SERVICE_VAR)),
         )
 
     @property

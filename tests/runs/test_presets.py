@@ -13,6 +13,7 @@ from rollout.launch.available import require_available
 from rollout.launch.errors import Unavailable
 from rollout.runs.config import RunConfig
 from rollout.runs.presets import load_preset, parse_config, presets_dir
+from rollout.settings import TINKER_SERVICE_VAR
 from tests.cli_helpers import rollout
 
 PRESETS = sorted(p.stem for p in presets_dir().glob("*.yaml"))
@@ -125,6 +126,17 @@ def test_a_missing_vllm_environment_is_named(
             update={"vllm": config.vllm.model_copy(update={"url": "http://127.0.0.1:8000"})}
         )
     )
+
+
+def test_a_tinker_service_factory_that_cannot_be_imported_is_refused_before_the_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    config = load_preset("tinker-qwen3-8b")
+    monkeypatch.setenv(TINKER_SERVICE_VAR, "tests.training.tinker_fake:disk_service")
+    require_available(config)  # importable: its roles will call it
+    monkeypatch.setenv(TINKER_SERVICE_VAR, "tests.training.tinker_fake:nothing")
+    with pytest.raises(Unavailable, match=r"ROLLOUT_TINKER_SERVICE='tests\.training\."):
+        require_available(config)
 
 
 def test_the_local_backend_batches_every_episode_the_runners_keep_in_flight() -> None:

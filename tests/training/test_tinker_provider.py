@@ -3,7 +3,9 @@
 The fake (tests/training/tinker_fake.py) checks every `Datum` it receives; these tests check
 what rollout sends (target tokens, sampler logprobs, advantages, per-token scaling and
 shapes), that checkpoints and the bridge produce sampler paths the sampler loads, that resume
-restores the optimizer, and that a policy trained through it learns.
+restores the optimizer, and that a policy trained through it learns; and that
+`ROLLOUT_TINKER_SERVICE` gives each process its client (the disk-backed fake shares saved
+weights between two of them), a bad factory being one line naming the variable and its value.
 """
 
 from __future__ import annotations
@@ -20,12 +22,20 @@ from rollout.contracts import SamplingParams
 from rollout.inference.base import BackendError, InferenceBackend
 from rollout.inference.tinker import TinkerSamplingBackend
 from rollout.runs.config import ImportanceConfig
+from rollout.settings import TINKER_SERVICE_VAR
 from rollout.training.errors import CheckpointError, TrainingError
 from rollout.training.loss import LossConfig
 from rollout.training.providers.base import TrainBatch, TrainingProvider
-from rollout.training.providers.tinker import TinkerProvider
+from rollout.training.providers.tinker import TinkerProvider, service_client
 from rollout.training.segments import Segment
-from tests.training.tinker_fake import FakeService
+from tests.training.tinker_fake import (
+    FAKE_DIR_VAR,
+    RECEIVED,
+    SAMPLERS,
+    DiskStore,
+    FakeService,
+    read_lines,
+)
 
 GOOD = 7
 
@@ -223,3 +233,52 @@ async def test_the_sampler_waits_for_sdk_futures_and_rides_out_rate_limits() -> 
     with pytest.raises(BackendError, match="answered 400"):
         await sampler.sample([1, 2], params)
     assert sampler.retried == 8  # a refusal is not retried
+
+
+def test_every_process_gets_the_factory_service_and_shares_the_disk_fake(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(TINKER_SERVICE_VAR, "tests.training.tinker_fake:disk_service")
+    monkeypatch.setenv(FAKE_DIR_VAR, str(tmp_path / "fake"))
+    trainer_side, sampler_side = service_client(), service_client("https://ignored.invalid")
+    assert isinstance(trainer_side, FakeService) and trainer_side is not sampler_side
+    trainer = provider(trainer_side)
+    trainer.forward_backward(TrainBatch((segment([1, 2, 3], 2, [-3.0, -3.0], advantage=1.0),)))
+    trainer.optim_step()
+    saved = trainer.save(tmp_path / "v1")
+    converted = tmp_path / "v1-tinker"
+    converted.mkdir()
+    convert_folder(Path(saved.path), converted, "tinker")
+    # Another process's service opens what this one saved, from the shared folder.
+    sampler = TinkerSamplingBackend(sampler_side)
+    asyncio.run(sampler.load_weights(converted, 1))
+    (client,) = sampler_side.samplers
+    assert np.array_equal(client.logits, trainer.client.weights.logits)
+    assert read_lines(tmp_path / "fake", SAMPLERS)[-1]["model_path"] == sampler.sampler_path
+    received = read_lines(tmp_path / "fake", RECEIVED)
+    assert [d["call"] for d in received] == ["forward", "forward_backward"]  # TIS: ratio first
+    assert all(d["tokens"] == [1, 2, 3] for d in received)
+    assert sorted(DiskStore(tmp_path / "fake")) == sorted(
+        json.loads((Path(saved.path) / "tinker_checkpoint.json").read_text())[k]
+        for k in ("sampler_path", "state_path")
+    )
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("tests.training.no_such_module:disk_service", "cannot import it"),
+        ("tests.training.tinker_fake:no_such_factory", "cannot import it"),
+        ("tests.training.tinker_fake:DISK_VOCAB", "is not callable"),
+        ("tests.training.tinker_fake:disk_service", "failed: RuntimeError"),
+    ],
+)
+def test_a_bad_service_factory_is_one_line_naming_the_variable(
+    value: str, message: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(TINKER_SERVICE_VAR, value)
+    monkeypatch.delenv(FAKE_DIR_VAR, raising=False)
+    with pytest.raises(TrainingError, match=message) as caught:
+        service_client()
+    assert str(caught.value).startswith(f"{TINKER_SERVICE_VAR}={value!r}")
+    assert "\n" not in str(caught.value)

@@ -10,19 +10,45 @@ Tinker cannot be reached from tests, so `FakeService` implements the methods rol
 It checks what it receives, as Tinker would: every `Datum` has `target_tokens` as long as its
 input, `importance_sampling` gets `logprobs` and `advantages` of that length, `cross_entropy`
 gets `weights`; and it keeps every `Datum` it was sent (`received`) for tests to inspect.
+
+Across processes (`rollout train` runs the trainer and the inference role apart), the fake
+keeps its state on disk: `disk_service()` is the factory `ROLLOUT_TINKER_SERVICE` names
+(`tests.training.tinker_fake:disk_service`); it reads the folder from `ROLLOUT_TINKER_FAKE_DIR`,
+saves each `tinker://RUN/KIND/NAME` path's weights as `RUN/KIND/NAME.npz` there (`DiskStore`),
+so a sampler in another process loads what the trainer saved; it appends every `Datum` it is
+sent to `received.jsonl` and every sampling client it creates to `samplers.jsonl`
+(`read_lines` reads them back). The base model's policy is `base_logits.npy` in the folder when
+a test put one there (else uniform).
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import math
+import os
+import tempfile
+import uuid
+from collections.abc import Iterator, MutableMapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
 import numpy as np
 import tinker
 from tinker import types
+
+FAKE_DIR_VAR = "ROLLOUT_TINKER_FAKE_DIR"
+"""The folder `disk_service()` keeps the fake's state in."""
+DISK_VOCAB = 64
+"""The vocabulary of `disk_service()`'s policy: cpu-tiny's model has 64 token ids."""
+RECEIVED = "received.jsonl"
+"""One line per `Datum` a disk-backed fake was sent."""
+SAMPLERS = "samplers.jsonl"
+"""One line per sampling client a disk-backed fake created (its `model_path` or `base_model`)."""
+BASE_LOGITS = "base_logits.npy"
+"""The base model's logits of a disk-backed fake, when present."""
 
 
 class Done:
@@ -51,12 +77,61 @@ def _logp(logits: np.ndarray) -> np.ndarray:
     return shifted - math.log(float(np.exp(shifted).sum()))
 
 
+class DiskStore(MutableMapping[str, _Weights]):
+    """Saved weights by `tinker://` path, as `.npz` files under `root` (shared by processes).
+
+    A file is written beside its final name and renamed into place, so a reader in another
+    process sees all of it or nothing.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def _file(self, path: str) -> Path:
+        assert path.startswith("tinker://") and ".." not in path, path
+        return self.root / f"{path.removeprefix('tinker://')}.npz"
+
+    def __getitem__(self, path: str) -> _Weights:
+        file = self._file(path)
+        if not file.is_file():
+            raise KeyError(path)
+        with np.load(file) as data:
+            return _Weights(data["logits"], data["m"], data["v"], int(data["t"]))
+
+    def __setitem__(self, path: str, weights: _Weights) -> None:
+        file = self._file(path)
+        file.parent.mkdir(parents=True, exist_ok=True)
+        fd, staging = tempfile.mkstemp(dir=file.parent, suffix=".tmp")
+        with os.fdopen(fd, "wb") as out:
+            np.savez(out, logits=weights.logits, m=weights.m, v=weights.v, t=weights.t)
+        os.replace(staging, file)
+
+    def __delitem__(self, path: str) -> None:
+        try:
+            self._file(path).unlink()
+        except FileNotFoundError:
+            raise KeyError(path) from None
+
+    def __iter__(self) -> Iterator[str]:
+        for file in sorted(self.root.glob("*/*/*.npz")):
+            yield f"tinker://{file.relative_to(self.root).with_suffix('').as_posix()}"
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
 @dataclass
 class FakeService:
     """`tinker.ServiceClient` as rollout uses it."""
 
     vocab: int = 32
-    stored: dict[str, _Weights] = field(default_factory=dict)
+    stored: MutableMapping[str, _Weights] = field(default_factory=dict)
+    prefix: str = "fake-run-"
+    """The first part of the paths it makes (`tinker://PREFIX<n>/KIND/NAME`)."""
+    log: Path | None = None
+    """The folder whose `received.jsonl` and `samplers.jsonl` it appends to (None: none)."""
+    base: np.ndarray | None = None
+    """The base model's logits (None: zeros, a uniform policy)."""
     clients: list[FakeTrainingClient] = field(default_factory=list)
     samplers: list[FakeSamplingClient] = field(default_factory=list)
     _ids: itertools.count[int] = field(default_factory=itertools.count)
@@ -66,7 +141,7 @@ class FakeService:
     ) -> Done:
         assert isinstance(base_model, str) and rank > 0
         zeros = np.zeros(self.vocab)
-        client = FakeTrainingClient(self, _Weights(zeros.copy(), zeros.copy(), zeros.copy()))
+        client = FakeTrainingClient(self, _Weights(self._base(), zeros.copy(), zeros.copy()))
         self.clients.append(client)
         return Done(client)
 
@@ -91,12 +166,51 @@ class FakeService:
             client = FakeSamplingClient(self.stored[model_path].logits.copy())
         else:
             assert base_model is not None
-            client = FakeSamplingClient(np.zeros(self.vocab))
+            client = FakeSamplingClient(self._base())
         self.samplers.append(client)
+        self.append(SAMPLERS, {"model_path": model_path, "base_model": base_model})
         return Done(client)
 
+    def _base(self) -> np.ndarray:
+        return np.zeros(self.vocab) if self.base is None else self.base.astype(float).copy()
+
+    def append(self, name: str, record: dict[str, Any]) -> None:
+        """Append `record` to the file `name` of the `log` folder, if there is one."""
+        if self.log is not None:
+            with (self.log / name).open("a") as out:
+                out.write(json.dumps(record) + "\n")
+
     def path(self, kind: str, name: str) -> str:
-        return f"tinker://fake-run-{next(self._ids)}/{kind}/{name}"
+        return f"tinker://{self.prefix}{next(self._ids)}/{kind}/{name}"
+
+
+def disk_service() -> FakeService:
+    """A fake whose state lives in the folder `ROLLOUT_TINKER_FAKE_DIR` names (see the module
+    docstring): the factory a run's roles get through `ROLLOUT_TINKER_SERVICE`."""
+    root = os.environ.get(FAKE_DIR_VAR)
+    if not root:
+        raise RuntimeError(f"{FAKE_DIR_VAR} is not set")
+    folder = Path(root)
+    folder.mkdir(parents=True, exist_ok=True)
+    base = folder / BASE_LOGITS
+    return FakeService(
+        vocab=DISK_VOCAB,
+        stored=DiskStore(folder),
+        prefix=f"fake-{uuid.uuid4().hex[:8]}-",
+        log=folder,
+        base=np.load(base) if base.is_file() else None,
+    )
+
+
+def read_lines(folder: Path, name: str) -> list[dict[str, Any]]:
+    """The records a disk-backed fake in `folder` appended to `name`: for `RECEIVED` one per
+    `Datum`, with `call` (`forward` or `forward_backward`), `loss_fn`, the sequence's `tokens`
+    (input plus the last target) and its `loss_fn_inputs` as lists; for `SAMPLERS` one per
+    sampling client, with its `model_path` and `base_model`."""
+    file = folder / name
+    if not file.is_file():
+        return []
+    return [json.loads(line) for line in file.read_text().splitlines() if line]
 
 
 @dataclass
@@ -141,6 +255,7 @@ class FakeTrainingClient:
         for datum in data:
             inputs = self._check(datum, loss_fn)
             self.received.append((loss_fn, datum))
+            self._log(datum, loss_fn, inputs, "forward_backward" if backward else "forward")
             targets = inputs["target_tokens"]
             token_logp = logp[targets]
             if loss_fn == "cross_entropy":
@@ -173,6 +288,19 @@ class FakeTrainingClient:
                 metrics={"loss:sum": loss},
             )
         )
+
+    def _log(
+        self, datum: types.Datum, loss_fn: str, inputs: dict[str, np.ndarray], call: str
+    ) -> None:
+        if self.service.log is None:
+            return
+        record = {
+            "call": call,
+            "loss_fn": loss_fn,
+            "tokens": [*datum.model_input.to_ints(), int(inputs["target_tokens"][-1])],
+            "loss_fn_inputs": {k: v.tolist() for k, v in inputs.items()},
+        }
+        self.service.append(RECEIVED, record)
 
     def forward(self, data: list[types.Datum], loss_fn: str, **_: Any) -> Done:
         return self._run(data, loss_fn, backward=False)

@@ -2,7 +2,8 @@
 
 `require_available(config)` checks what the preset needs of the machine that runs it: enough
 CUDA GPUs, vLLM's environment (`rollout setup vllm`) for a `vllm` backend that starts its own
-server, the tinker SDK for the `tinker` provider. `rollout train` calls it before it creates the
+server, the tinker SDK for the `tinker` provider (and the factory `ROLLOUT_TINKER_SERVICE` names,
+when set, importable). `rollout train` calls it before it creates the
 run, and the trainer role before it trains (it may run on another machine).
 """
 
@@ -12,11 +13,13 @@ import importlib.util
 
 from rollout.launch.errors import Unavailable
 from rollout.runs.config import RunConfig
+from rollout.settings import get_settings
 
 
 def require_available(config: RunConfig) -> None:
     """Refuse a preset this machine cannot run: too few GPUs, vLLM's environment missing, the
-    tinker SDK missing.
+    tinker SDK missing, or the Tinker service factory named by `ROLLOUT_TINKER_SERVICE` not
+    importable.
 
     Raises:
         Unavailable: one line saying what is needed.
@@ -39,8 +42,18 @@ def require_available(config: RunConfig) -> None:
             vllm_python()
         except VllmEnvError as error:
             raise Unavailable(f"backend 'vllm': {error}") from None
-    if config.provider == "tinker" and importlib.util.find_spec("tinker") is None:
-        raise Unavailable("provider 'tinker' needs the tinker SDK: uv sync --extra tinker")
+    if config.provider == "tinker":
+        if importlib.util.find_spec("tinker") is None:
+            raise Unavailable("provider 'tinker' needs the tinker SDK: uv sync --extra tinker")
+        factory = get_settings().tinker_service
+        if factory is not None:
+            from rollout.training.errors import TrainingError
+            from rollout.training.providers.tinker import service_factory
+
+            try:
+                service_factory(factory)
+            except TrainingError as error:
+                raise Unavailable(f"provider 'tinker': {error}") from None
 
 
 def _cuda_devices() -> int:

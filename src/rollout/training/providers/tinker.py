@@ -25,19 +25,25 @@ Tinker scores at temperature 1 and computes no entropy over the vocabulary here;
 sampled at another temperature are refused.
 
 `TinkerSamplingBackend` (in `rollout.inference.tinker`) samples from the newest sampler path.
+
+Both get their client from `service_client()`: the SDK's `tinker.ServiceClient`, or the factory
+`ROLLOUT_TINKER_SERVICE` names (`package.module:factory`), so every role process of a run can
+talk to a fake of Tinker (tests) or another service instead.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from rollout.runs.config import ImportanceConfig, RunConfig
+from rollout.settings import TINKER_SERVICE_VAR, get_settings
 from rollout.training.errors import CheckpointError, TrainingError
 from rollout.training.importance import importance_weights
 from rollout.training.providers.base import (
@@ -55,10 +61,53 @@ STATE_SUMMARY = "trainer_state.json"
 
 
 def service_client(base_url: str | None = None) -> Any:
-    """A real `tinker.ServiceClient` (the API key comes from TINKER_API_KEY)."""
+    """The Tinker service client of this process: a real `tinker.ServiceClient` (the API key
+    comes from TINKER_API_KEY), or, when `ROLLOUT_TINKER_SERVICE` names a factory
+    (`package.module:factory`, see `rollout.settings`), what that zero-argument callable
+    returns (then `base_url` is the factory's business and is not passed).
+
+    Raises:
+        TrainingError: When the factory cannot be imported or called (one line naming the
+            variable and its value).
+    """
+    factory = get_settings().tinker_service
+    if factory is not None:
+        return _from_factory(factory)
     import tinker
 
     return tinker.ServiceClient(base_url=base_url) if base_url else tinker.ServiceClient()
+
+
+def _from_factory(value: str) -> Any:
+    """What the factory named by `ROLLOUT_TINKER_SERVICE` returns."""
+    factory = service_factory(value)
+    try:
+        return factory()
+    except Exception as error:
+        raise TrainingError(
+            f"{TINKER_SERVICE_VAR}={value!r} failed: {type(error).__name__}: {error}"
+        ) from error
+
+
+def service_factory(value: str) -> Callable[[], Any]:
+    """The callable a `package.module:factory` value names, imported (not called).
+
+    Raises:
+        TrainingError: When it cannot be imported or is not callable (one line naming
+            `ROLLOUT_TINKER_SERVICE` and `value`).
+    """
+    module_name, _, attribute = value.partition(":")
+    try:
+        target: Any = importlib.import_module(module_name)
+        for name in attribute.split("."):
+            target = getattr(target, name)
+    except (ImportError, AttributeError) as error:
+        raise TrainingError(
+            f"{TINKER_SERVICE_VAR}={value!r}: cannot import it ({type(error).__name__}: {error})"
+        ) from None
+    if not callable(target):
+        raise TrainingError(f"{TINKER_SERVICE_VAR}={value!r} is not callable")
+    return target
 
 
 def _result(value: Any) -> Any:
