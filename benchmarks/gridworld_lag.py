@@ -33,10 +33,7 @@ import argparse
 import asyncio
 import copy
 import json
-import os
 import random
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -44,6 +41,8 @@ from collections import deque
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from platform_run import mean, sem, sets, train_fresh
 
 from rollout.ledger import stop_embedded
 
@@ -56,14 +55,6 @@ TOOLS_MODEL = (
 )
 """cpu-tiny's model and warm-up for the tool-call gridworld (a byte tokenizer that can write the
 tools block; the format warm-up of the in-process runs)."""
-
-
-def _mean(values: list[float]) -> float:
-    return statistics.fmean(values) if values else float("nan")
-
-
-def _sem(values: list[float]) -> float:
-    return statistics.stdev(values) / len(values) ** 0.5 if len(values) > 1 else float("nan")
 
 
 def chance(variant: str = "tools", layouts: int = 2000, seed: int = 12345) -> float:
@@ -91,7 +82,7 @@ def chance(variant: str = "tools", layouts: int = 2000, seed: int = 12345) -> fl
                 closer[agent] += world.distance(agent) < before
                 done[agent] = world.distance(agent) == 0
         shares += [c / m for c, m in zip(closer, moves, strict=True)]
-    return _mean(shares)
+    return mean(shares)
 
 
 class Seat:
@@ -262,15 +253,15 @@ def in_process(args: argparse.Namespace, seed: int) -> dict[str, Any]:
         else:
             provider.optim_step()
         after = _probe(provider.model, probe)
-        closer = _mean([s.closer / s.moves for s in seats])
+        closer = mean([s.closer / s.moves for s in seats])
         row = {
             "step": float(step + 1),
             "closer": closer,
-            "reward": _mean(rewards_all),
-            "invalid": _mean([s.invalid / s.moves for s in seats]),
+            "reward": mean(rewards_all),
+            "invalid": mean([s.invalid / s.moves for s in seats]),
             "probe_kl": float((before.exp() * (before - after)).sum(-1).mean()),
             "probe_entropy": float(-(before.exp() * before).sum(-1).mean()),
-            "sampled_first_logp": _mean(first_logps),
+            "sampled_first_logp": mean(first_logps),
             **{k: metrics.get(k, float("nan")) for k in _DIAGNOSTICS},
         }
         rows.append(row)
@@ -288,10 +279,10 @@ def in_process(args: argparse.Namespace, seed: int) -> dict[str, Any]:
         "mode": args.mode,
         "steps": len(rows),
         "seconds": round(time.monotonic() - began, 1),
-        "first_mean": _mean(closers[:w]),
-        "first_sem": _sem(closers[:w]),
-        "last_mean": _mean(closers[-w:]),
-        "last_sem": _sem(closers[-w:]),
+        "first_mean": mean(closers[:w]),
+        "first_sem": sem(closers[:w]),
+        "last_mean": mean(closers[-w:]),
+        "last_sem": sem(closers[-w:]),
         "rows": rows,
     }
 
@@ -344,26 +335,13 @@ def _probe(model: Any, prompts: list[tuple[int, ...]]) -> Any:
 
 def platform(args: argparse.Namespace, lag: int, mode: str, seed: int) -> dict[str, Any]:
     """One `rollout train` run of the environment in a fresh state folder."""
-    state = Path(tempfile.mkdtemp(prefix=f"gridworld-lag{lag}-{mode}-{seed}-"))
-    command = [
-        *(sys.executable, "-m", "rollout.cli", "train", args.env, "--preset", args.preset),
-        *("--max-lag", str(lag), "--json", "--set", f"importance.mode={mode}"),
-        *("--set", f"seed={seed}"),
-    ]
+    run_args = ["--max-lag", str(lag), *sets([f"importance.mode={mode}", f"seed={seed}"])]
     if args.steps:
-        command += ["--steps", str(args.steps)]
-    for override in args.overrides:
-        command += ["--set", override]
-    env = dict(os.environ, ROLLOUT_STATE_DIR=str(state))
-    env.pop("ROLLOUT_DATABASE_URL", None)
-    load = os.getloadavg()[0]
-    began = time.monotonic()
-    result = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
-    seconds = time.monotonic() - began
-    load = max(load, os.getloadavg()[0])
-    if result.returncode != 0:
-        sys.exit(f"rollout train failed (lag {lag}, {mode}, seed {seed}):\n{result.stderr[-3000:]}")
-    summary = json.loads(result.stdout)
+        run_args += ["--steps", str(args.steps)]
+    run = train_fresh(
+        args.env, args.preset, [*run_args, *sets(args.overrides)], f"lag {lag}, {mode}, seed {seed}"
+    )
+    state, summary = run.state, run.summary
     try:
         steps, closer = asyncio.run(_read_run(state, summary["run_id"]))
     finally:
@@ -375,17 +353,17 @@ def platform(args: argparse.Namespace, lag: int, mode: str, seed: int) -> dict[s
         "mode": mode,
         "seed": seed,
         "steps": len(steps),
-        "seconds": round(seconds, 1),
-        "load": round(load, 1),
-        "reward_first": _mean(rewards[:w]),
-        "reward_last": _mean(rewards[-w:]),
-        "first_mean": _mean(closer[:w]),
-        "first_sem": _sem(closer[:w]),
-        "last_mean": _mean(closer[-w:]),
-        "last_sem": _sem(closer[-w:]),
+        "seconds": round(run.seconds, 1),
+        "load": round(run.load, 1),
+        "reward_first": mean(rewards[:w]),
+        "reward_last": mean(rewards[-w:]),
+        "first_mean": mean(closer[:w]),
+        "first_sem": sem(closer[:w]),
+        "last_mean": mean(closer[-w:]),
+        "last_sem": sem(closer[-w:]),
         "closer_by_version": closer,
         "step_metrics": steps,
-        "command": " ".join(command[2:]),
+        "command": run.command,
     }
 
 
@@ -406,7 +384,7 @@ async def _read_run(state: Path, run_id: str) -> tuple[list[dict[str, float]], l
             turns = [t for t in episode.turns if t.agent == end.agent]
             if turns and "closer_moves" in end.metrics:
                 by_version.setdefault(turns[0].version, []).append(end.metrics["closer_moves"])
-    return metrics, [round(_mean(by_version[v]), 3) for v in sorted(by_version)]
+    return metrics, [round(mean(by_version[v]), 3) for v in sorted(by_version)]
 
 
 def main() -> None:

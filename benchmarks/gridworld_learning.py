@@ -49,14 +49,13 @@ import argparse
 import asyncio
 import csv
 import json
-import os
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from platform_run import mean, sem, sets, train_fresh
 
 from rollout.ledger import stop_embedded
 
@@ -78,33 +77,13 @@ OVERRIDES = [
 ]
 
 
-def train_cpu_tiny(
-    environment: str, steps: int, overrides: list[str], label: str
-) -> tuple[Path, dict[str, Any], float]:
-    """`rollout train ENVIRONMENT --preset cpu-tiny` with `overrides` in a fresh state folder
-    (the embedded Postgres, left running for the caller to read): the folder, the `--json`
-    summary and the seconds it took. Exits naming `label` if the run fails."""
-    state = Path(tempfile.mkdtemp(prefix="gridworld-bench-"))
-    command = [
-        *(sys.executable, "-m", "rollout.cli", "train", environment, "--preset", "cpu-tiny"),
-        *("--steps", str(steps), "--json"),
-    ]
-    for override in overrides:
-        command += ["--set", override]
-    env = dict(os.environ, ROLLOUT_STATE_DIR=str(state))
-    env.pop("ROLLOUT_DATABASE_URL", None)
-    began = time.monotonic()
-    result = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
-    seconds = time.monotonic() - began
-    if result.returncode != 0:
-        sys.exit(f"rollout train failed ({label}):\n{result.stderr[-3000:]}")
-    return state, json.loads(result.stdout), seconds
-
-
 def run_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
     """One `rollout train` run in a fresh state folder; its per-step rewards and duration."""
     overrides = [*OVERRIDES, f"groups_per_step={args.groups}", f"seed={seed}", *args.overrides]
-    state, summary, seconds = train_cpu_tiny(args.env, args.steps, overrides, f"seed {seed}")
+    run = train_fresh(
+        args.env, "cpu-tiny", ["--steps", str(args.steps), *sets(overrides)], f"seed {seed}"
+    )
+    state, summary, seconds = run.state, run.summary, run.seconds
     try:
         rewards = _step_rewards(state, summary["run_id"])
         closer = _closer_by_version(state, summary["run_id"])
@@ -115,15 +94,15 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
         "seed": seed,
         "steps": len(rewards),
         "seconds": round(seconds, 1),
-        "first_mean": _mean(first),
-        "first_sem": _sem(first),
-        "last_mean": _mean(last),
-        "last_sem": _sem(last),
-        "rise": _mean(last) - _mean(first),
+        "first_mean": mean(first),
+        "first_sem": sem(first),
+        "last_mean": mean(last),
+        "last_sem": sem(last),
+        "rise": mean(last) - mean(first),
         "rewards": rewards,
         "closer_by_version": closer,
-        "closer_first_mean": _mean(closer[: args.window]),
-        "closer_last_mean": _mean(closer[-args.window :]),
+        "closer_first_mean": mean(closer[: args.window]),
+        "closer_last_mean": mean(closer[-args.window :]),
         "state_dir": str(state),
     }
 
@@ -220,20 +199,11 @@ def in_process(args: argparse.Namespace, seed: int) -> dict[str, Any]:
         "steps": len(closer),
         "seconds": round(time.monotonic() - began, 1),
         "closer": [round(c, 3) for c in closer],
-        "first_mean": _mean(first),
-        "first_sem": _sem(first),
-        "last_mean": _mean(last),
-        "last_sem": _sem(last),
+        "first_mean": mean(first),
+        "first_sem": sem(first),
+        "last_mean": mean(last),
+        "last_sem": sem(last),
     }
-
-
-def _mean(values: list[float]) -> float:
-    return statistics.fmean(values) if values else float("nan")
-
-
-def _sem(values: list[float]) -> float:
-    """Standard error of the mean (step to step spread: the noise a rise is compared with)."""
-    return statistics.stdev(values) / len(values) ** 0.5 if len(values) > 1 else float("nan")
 
 
 def _step_rewards(state: Path, run_id: str) -> list[float]:
@@ -271,7 +241,7 @@ def _closer_by_version(state: Path, run_id: str) -> list[float]:
                 turns = [t for t in episode.turns if t.agent == end.agent]
                 if turns and "closer_moves" in end.metrics:
                     totals.setdefault(turns[0].version, []).append(end.metrics["closer_moves"])
-        return [round(_mean(totals[v]), 3) for v in sorted(totals)]
+        return [round(mean(totals[v]), 3) for v in sorted(totals)]
 
     return asyncio.run(read())
 

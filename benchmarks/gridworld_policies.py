@@ -23,12 +23,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from gridworld_learning import (  # the same recipe, run and statistics
-    OVERRIDES,
-    _mean,
-    _sem,
-    train_cpu_tiny,
-)
+from gridworld_learning import OVERRIDES  # the same recipe
+from platform_run import mean, sem, sets, train_fresh
 
 from rollout.ledger import stop_embedded
 
@@ -64,9 +60,13 @@ def main() -> None:
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     overrides = [*OVERRIDES, f"groups_per_step={args.groups}", f"seed={args.seed}", POLICIES]
-    state, summary, seconds = train_cpu_tiny(
-        "gridworld.environment:pair", args.steps, [*overrides, *args.overrides], "two policies"
+    run = train_fresh(
+        "gridworld.environment:pair",
+        "cpu-tiny",
+        ["--steps", str(args.steps), *sets([*overrides, *args.overrides])],
+        "two policies",
     )
+    state, summary, seconds = run.state, run.summary, run.seconds
     try:
         rewards = policy_rewards(state, summary["run_id"])
     finally:
@@ -76,15 +76,15 @@ def main() -> None:
         first, last = values[: args.window], values[-args.window :]
         report["policies"][policy] = {
             "steps": len(values),
-            "first_mean": _mean(first),
-            "first_sem": _sem(first),
-            "last_mean": _mean(last),
-            "last_sem": _sem(last),
+            "first_mean": mean(first),
+            "first_sem": sem(first),
+            "last_mean": mean(last),
+            "last_sem": sem(last),
             "rewards": values,
         }
         print(
-            f"{policy}: {len(values)} steps, reward {_mean(first):.3f} +- {_sem(first):.3f} -> "
-            f"{_mean(last):.3f} +- {_sem(last):.3f} (first vs last {args.window} steps)"
+            f"{policy}: {len(values)} steps, reward {mean(first):.3f} +- {sem(first):.3f} -> "
+            f"{mean(last):.3f} +- {sem(last):.3f} (first vs last {args.window} steps)"
         )
     print(f"{seconds:.0f} s")
     if args.out is not None:

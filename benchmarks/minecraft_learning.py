@@ -19,47 +19,26 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import statistics
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 from typing import Any
+
+from platform_run import mean, sem, sets, train_fresh
 
 from rollout.ledger import stop_embedded
 
 SPEC = "minecraft_team.environment:compact"
 
 
-def _mean(values: list[float]) -> float:
-    return statistics.fmean(values) if values else float("nan")
-
-
-def _sem(values: list[float]) -> float:
-    return statistics.stdev(values) / len(values) ** 0.5 if len(values) > 1 else float("nan")
-
-
 def run_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
     """One `rollout train` run in a fresh state folder; its per-step team rewards."""
-    state = Path(tempfile.mkdtemp(prefix=f"minecraft-bench-{seed}-"))
-    command = [
-        *(sys.executable, "-m", "rollout.cli", "train", SPEC, "--preset", "minecraft-cpu-tiny"),
-        *("--steps", str(args.steps), "--json", "--set", f"seed={seed}"),
-    ]
-    for override in args.overrides:
-        command += ["--set", override]
-    env = dict(os.environ, ROLLOUT_STATE_DIR=str(state))
-    env.pop("ROLLOUT_DATABASE_URL", None)
-    load = os.getloadavg()[0]
-    began = time.monotonic()
-    result = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
-    seconds = time.monotonic() - began
-    load = max(load, os.getloadavg()[0])
-    if result.returncode != 0:
-        sys.exit(f"rollout train failed (seed {seed}):\n{result.stderr[-3000:]}")
-    summary = json.loads(result.stdout)
+    run = train_fresh(
+        SPEC,
+        "minecraft-cpu-tiny",
+        ["--steps", str(args.steps), *sets([f"seed={seed}", *args.overrides])],
+        f"seed {seed}",
+    )
+    state, summary = run.state, run.summary
     try:
         rewards = asyncio.run(_step_rewards(state, summary["run_id"]))
     finally:
@@ -68,14 +47,14 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
     return {
         "seed": seed,
         "steps": len(rewards),
-        "seconds": round(seconds, 1),
-        "load": round(load, 1),
-        "first_mean": _mean(rewards[:w]),
-        "first_sem": _sem(rewards[:w]),
-        "last_mean": _mean(rewards[-w:]),
-        "last_sem": _sem(rewards[-w:]),
+        "seconds": round(run.seconds, 1),
+        "load": round(run.load, 1),
+        "first_mean": mean(rewards[:w]),
+        "first_sem": sem(rewards[:w]),
+        "last_mean": mean(rewards[-w:]),
+        "last_sem": sem(rewards[-w:]),
         "rewards": [round(r, 3) for r in rewards],
-        "command": " ".join(command[2:]),
+        "command": run.command,
     }
 
 
