@@ -64,58 +64,43 @@ class Retention:
     """The policy whose version chain this is."""
 
 
-async def _shared_pins(ledger: Ledger, run_id: str, keep_versions: Iterable[int]) -> set[int]:
-    """Versions kept in every policy's chain whatever their age: marked, or still to be
-    evaluated (an eval of version V plays every policy's checkpoint V)."""
-    pinned = set(keep_versions)
+async def pinned_versions(ledger: Ledger, run_id: str, policy: str = DEFAULT_POLICY) -> set[int]:
+    """`policy`'s versions kept whatever their age: marked, served, or still to be evaluated
+    (an eval of version V plays every policy's checkpoint V)."""
+    pinned = set((await ledger.run_settings(run_id)).keep_versions)
+    serving = await ledger.serving(run_id, policy=policy)
+    if serving is not None:
+        pinned.add(serving.version)
+    pinned |= set((await ledger.serving_acks(run_id, policy=policy)).values())
     pinned |= {r.version for r in await ledger.eval_requests(run_id) if r.job_id is None}
     pinned |= {job.version for job in await ledger.eval_jobs(run_id) if not job.scored}
     return pinned
-
-
-async def _served(ledger: Ledger, run_id: str, policy: str) -> set[int]:
-    """`policy`'s versions a server serves or is told to serve."""
-    served = set((await ledger.serving_acks(run_id, policy=policy)).values())
-    serving = await ledger.serving(run_id, policy=policy)
-    if serving is not None:
-        served.add(serving.version)
-    return served
-
-
-def _plan(
-    run_id: str, policy: str, settings: live.RunSettings, versions: list[int], pinned: set[int]
-) -> Retention:
-    deleted = sorted(settings.deleted_of(policy))
-    kept = kept_versions(versions, keep=settings.keep_checkpoints, pinned=pinned)
-    gone = set(deleted)
-    to_delete = sorted(v for v in versions if v not in kept and v not in gone)
-    return Retention(run_id, sorted(kept), deleted, to_delete, policy)
 
 
 async def plan(ledger: Ledger, run_id: str, policy: str = DEFAULT_POLICY) -> Retention:
     """What the run keeps of `policy`'s chain and what it may delete now (nothing is
     changed)."""
     settings = await ledger.run_settings(run_id)
+    keep = settings.keep_checkpoints
+    deleted = sorted(settings.deleted_of(policy))
     versions = [c.version for c in await ledger.checkpoints(run_id, policy=policy)]
-    pinned = await _shared_pins(ledger, run_id, settings.keep_versions)
-    return _plan(run_id, policy, settings, versions, pinned | await _served(ledger, run_id, policy))
+    pinned = await pinned_versions(ledger, run_id, policy)
+    kept = kept_versions(versions, keep=keep, pinned=pinned)
+    gone = set(deleted)
+    to_delete = sorted(v for v in versions if v not in kept and v not in gone)
+    return Retention(run_id, sorted(kept), deleted, to_delete, policy)
+
+
+async def policies(ledger: Ledger, run_id: str) -> list[str]:
+    """The policies with checkpoints in the run, the default policy first (the default policy
+    alone before any checkpoint)."""
+    names = {c.policy for c in await ledger.checkpoints(run_id, policy=None)}
+    return sorted(names | {DEFAULT_POLICY}, key=lambda name: (name != DEFAULT_POLICY, name))
 
 
 async def plans(ledger: Ledger, run_id: str) -> list[Retention]:
-    """`plan` of each policy's chain: the policies with checkpoints in the run, the default
-    policy first (alone before any checkpoint). The run's settings, checkpoints and evals are
-    read once for all of them."""
-    settings = await ledger.run_settings(run_id)
-    chains: dict[str, list[int]] = {DEFAULT_POLICY: []}
-    for checkpoint in await ledger.checkpoints(run_id, policy=None):
-        chains.setdefault(checkpoint.policy, []).append(checkpoint.version)
-    shared = await _shared_pins(ledger, run_id, settings.keep_versions)
-    return [
-        _plan(
-            run_id, policy, settings, chains[policy], shared | await _served(ledger, run_id, policy)
-        )
-        for policy in sorted(chains, key=lambda name: (name != DEFAULT_POLICY, name))
-    ]
+    """`plan` of each policy's chain (`policies`): a run with one policy has one."""
+    return [await plan(ledger, run_id, policy) for policy in await policies(ledger, run_id)]
 
 
 async def apply(ledger: Ledger, blobs: BlobStore, run_id: str, *, dry_run: bool = False) -> int:
