@@ -47,14 +47,6 @@ from platform_run import mean, sem, sets, train_fresh
 from rollout.ledger import stop_embedded
 
 ENV = "gridworld.environment:environment"
-TOOLS_MODEL = (
-    "model.init.alphabet=null",
-    "model.init.vocab_size=400",
-    "warmup_steps=30",
-    "warmup_learning_rate=0.003",
-)
-"""cpu-tiny's model and warm-up for the tool-call gridworld (a byte tokenizer that can write the
-tools block; the format warm-up of the in-process runs)."""
 
 
 def chance(variant: str = "tools", layouts: int = 2000, seed: int = 12345) -> float:
@@ -169,13 +161,14 @@ def in_process(args: argparse.Namespace, seed: int) -> dict[str, Any]:
     folder = init_model(
         tempfile.mkdtemp(prefix="gridworld-model-"),
         **{"arch": "qwen3", "hidden": args.hidden, "layers": args.layers, "heads": 4},
-        **{"kv_heads": 2, "vocab_size": args.vocab, "tokenizer": "chars", "alphabet": None},
+        **{"kv_heads": 2, "vocab_size": args.vocab, "tokenizer": args.tokenizer, "alphabet": None},
         seed=seed,
     )
     renderer = HFRenderer(folder)
     stop = renderer.stop_token_ids[0]
+    clip = args.grad_clip or None
     provider = TorchProvider(
-        folder, lora_rank=None, lr=args.warmup_lr, weight_decay=0.0, grad_clip=args.grad_clip,
+        folder, lora_rank=None, lr=args.warmup_lr, weight_decay=0.0, grad_clip=clip,
         device="cpu", seed=seed, compute_entropy=True,
     )  # fmt: skip
     env = compact if args.variant == "compact" else environment
@@ -404,7 +397,7 @@ def main() -> None:
     parser.add_argument("--groups", type=int, default=4)
     parser.add_argument("--group-size", type=int, default=8)
     parser.add_argument("--lr", type=float, default=3e-3)
-    parser.add_argument("--grad-clip", type=float, default=1.0)
+    parser.add_argument("--grad-clip", type=float, default=1.0, help="0: none (the presets')")
     parser.add_argument("--entropy", type=float, default=0.0)
     parser.add_argument("--warmup", type=int, default=30)
     parser.add_argument("--warmup-lr", type=float, default=3e-3)
@@ -412,20 +405,23 @@ def main() -> None:
     parser.add_argument("--variant", default="tools", choices=["tools", "compact"])
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--vocab", type=int, default=400)
+    parser.add_argument(
+        "--tokenizer", default="chars", choices=["chars", "bytes"], help="bytes: cpu-text's model"
+    )
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--quiet", action="store_true")
     # through the platform
     parser.add_argument("--env", default=ENV)
-    parser.add_argument("--preset", default="cpu-tiny")
+    parser.add_argument("--preset", default="cpu-text", help="the preset, with its own recipe")
     parser.add_argument("--lags", default="0,1,2")
     parser.add_argument("--modes", default="none,tis,icepop,clip")
     parser.add_argument(
         "--set",
         action="append",
-        default=list(TOOLS_MODEL),
+        default=[],
         dest="overrides",
-        help="run fields after the preset's (added to the tool-call gridworld's model settings)",
+        help="run fields after the preset's",
     )
     args = parser.parse_args()
     level = chance(args.variant if args.in_process else "tools")

@@ -1,13 +1,12 @@
 """Learnability of the multi-agent gridworld through the whole platform (`rollout train`).
 
 Two agents share a 3x3 grid (a sandbox process per episode, claimed through the ledger). The run
-is `rollout train gridworld.environment:compact` on the cpu-tiny preset: each agent reads a short
-view (`mate -1,0. goal 1r.`), answers with a direction letter and moves once; its reward is 0.7
-if the move brought it closer to its goal (-0.35 for a reply that is no move) plus 0.3 if both
-agents reached their goals. Chance is about 0.19. The recipe: the default character alphabet
-(the view has letters) with a larger vocabulary, a 30-step format-only warm-up (random letters),
-then group-relative policy gradient with 8 groups of 8 episodes (16 agents' views x 8 samples)
-per step at lr 3e-3 with gradient clipping at 1.0.
+is `rollout train gridworld.environment:compact --preset cpu-text` with the preset's recipe as
+it is (its byte-level model, format warm-up, 16 groups of 8 episodes per step, lr 2e-3 and one
+step of sampling lag, `max_lag: 1`, corrected by `tis`); only the early stop is off. Each agent
+reads a short view (`mate -1,0. goal 1r.`), answers with a direction letter and moves once; its
+reward is 0.7 if the move brought it closer to its goal (-0.35 for a reply that is no move) plus
+0.3 if both agents reached their goals. Chance is about 0.19.
 
 The baseline is the same run's first steps: for each seed the benchmark prints the mean reward
 of the first and last `--window` steps with their standard errors, and the share of moves that
@@ -15,32 +14,33 @@ went toward the goal by sampling checkpoint (the task alone: chance 0.25; the re
 when replies that are no move, common right after the warm-up, die out). `--out` writes the
 per-step curve (a JSON file, and a CSV next to it) for a plot.
 
+Measured (2026-12-02, load 2-7, 374-453 s per seed for 120 steps): moves toward the goal 0.233
+-> 0.993, 0.236 -> 0.982 and 0.236 -> 0.913 for seeds 0-2 (first vs last 10 steps). The curve is
+a plateau at chance, then an escape within ~30 steps: the model must learn to attend to the
+goal's letter and copy it. Before 2026-12-02 this benchmark ran cpu-tiny with its own recipe
+(8 groups, lr 3e-3 and `max_lag=0`): one step of lag at lr 3e-3 collapsed the policy, which was
+read as "lag stops learning"; at the preset's step size (16 groups, lr 1e-3 to 2e-3) one step
+of lag learns (`benchmarks/gridworld_lag.py --in-process`, benchmarks/README.md).
+
 `--in-process` asks the question first: is the direction choice learnable by this model at all?
 It trains on the exact text `compact` produces (chat template, warm-up, one move, reward 1 for a
-move toward the goal) with the training pieces in one process (no sandbox, ledger or lag), at
-about 0.2 s a step. It is, but late and at a seed-dependent step: the share of right moves sits
-at chance (0.25) and then rises within ~30 steps to 0.6-0.9 (a plateau, then an escape: the
-model must learn to attend to the goal's letter and copy it). With this recipe the rise began at
-step ~50-55 and ~75 for seeds 1 and 0 (seed 1: 0.232 +- 0.011 -> 0.752 +- 0.053, first vs last
-10 of 100 steps) and at ~95 for seed 2; with one step of sampling lag (the platform's
-`max_lag: 1`) not within 100 steps for seeds 0 and 1, so the platform recipe sets `max_lag=0`;
-with the teammate left out of the view (`goal 1r.`) not within 100-120 steps in 4 runs; at lr
-2e-3 not within 160; at 5e-3 it collapsed. The platform's trainer forgets Adam's moments after
-the warm-up; `--reset-adam` does the same in process, and it delays the rise (seed 1: at step
-~85 instead of ~50; 0.232 +- 0.015 -> 0.534 +- 0.012). The platform's episode text is the
-in-process one token for token (prompt `<|im_start|>user\nmate +1,+2. goal 1r.<|im_end|>\n
-<|im_start|>assistant\n`, reply `r` and the stop token). A platform step (64 episodes in
-sandboxes) takes 3-16 s here under load.
+move toward the goal) with the training pieces in one process (no sandbox, ledger or lag) and
+cpu-tiny's character model (vocab 160), 8 groups and lr 3e-3 unless told (`--groups`, `--lr`),
+at about 0.2 s a step. It is, but late and at a seed-dependent step: the share of right moves
+sits at chance (0.25) and then rises within ~30 steps to 0.6-0.9. With that recipe the rise
+began at step ~50-55 and ~75 for seeds 1 and 0 (seed 1: 0.232 +- 0.011 -> 0.752 +- 0.053, first
+vs last 10 of 100 steps) and at ~95 for seed 2; with the teammate left out of the view
+(`goal 1r.`) not within 100-120 steps in 4 runs; at 5e-3 it collapsed. The platform's trainer
+forgets Adam's moments after the warm-up; `--reset-adam` does the same in process, and it
+delays the rise (seed 1: at step ~85 instead of ~50; 0.232 +- 0.015 -> 0.534 +- 0.012). The
+platform's episode text is the in-process one token for token (prompt `<|im_start|>user\nmate
++1,+2. goal 1r.<|im_end|>\n<|im_start|>assistant\n`, reply `r` and the stop token). Sampling
+lag and its corrections are measured by `benchmarks/gridworld_lag.py`.
 
-Through the platform with this recipe (`max_lag=0`), seed 1 rose at step ~65-75: moves toward
-the goal 0.190 +- 0.025 -> 0.509 +- 0.047 and reward 0.073 +- 0.051 -> 0.486 +- 0.061 (first vs
-last 10 of 138 steps, stopped early; ~20 min at load 12-30); with `max_lag` 1 (the preset's) 200
-steps stayed at chance, and a `max_lag=0` run of 120 steps rose only at its end (0.22 -> 0.30).
-
-Run: `uv run python benchmarks/gridworld_learning.py --out /tmp/gridworld.json` (about 8 minutes
-per 120 steps at load ~9; `--seeds`, `--steps`, `--env`, `--set KEY=VALUE` pass through to
-`rollout train`); `uv run python benchmarks/gridworld_learning.py --in-process --seeds 3`
-(about a minute per seed).
+Run: `uv run python benchmarks/gridworld_learning.py --seeds 3 --out /tmp/gridworld.json` (6-8
+minutes per seed of 120 steps at load 2-7; `--preset`, `--seeds`, `--steps`, `--env`, `--set
+KEY=VALUE` pass through to `rollout train`); `uv run python benchmarks/gridworld_learning.py
+--in-process --seeds 3` (about a minute per seed).
 """
 
 from __future__ import annotations
@@ -59,29 +59,15 @@ from platform_run import mean, sem, sets, train_fresh
 
 from rollout.ledger import stop_embedded
 
-OVERRIDES = [
-    "model.init.alphabet=null",
-    "model.init.vocab_size=160",
-    "runner_concurrency=32",
-    "stop_at_reward=null",
-    # Format warm-up: 30 steps at 3e-3 make a fresh model answer with a direction letter (20 at
-    # 1e-3, the preset's, leave it answering gibberish: every reward 0).
-    "warmup_steps=30",
-    "warmup_learning_rate=0.003",
-    # A larger step than parity's, clipped (5e-3 collapsed in process), and 8 samples per view.
-    "group_size=8",
-    "learning_rate=0.003",
-    "grad_clip=1.0",
-    # No sampling lag: in one process a step of lag kept the direction choice at chance.
-    "max_lag=0",
-]
+OVERRIDES = ["stop_at_reward=null"]
+"""The preset's recipe as it is; only the early stop is off, so every seed runs `--steps`."""
 
 
 def run_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
     """One `rollout train` run in a fresh state folder; its per-step rewards and duration."""
-    overrides = [*OVERRIDES, f"groups_per_step={args.groups}", f"seed={seed}", *args.overrides]
+    overrides = [*OVERRIDES, f"seed={seed}", *args.overrides]
     run = train_fresh(
-        args.env, "cpu-tiny", ["--steps", str(args.steps), *sets(overrides)], f"seed {seed}"
+        args.env, args.preset, ["--steps", str(args.steps), *sets(overrides)], f"seed {seed}"
     )
     state, summary, seconds = run.state, run.summary, run.seconds
     try:
@@ -263,7 +249,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--env", default="gridworld.environment:compact")
     parser.add_argument("--steps", type=int, default=120)
-    parser.add_argument("--groups", type=int, default=8, help="groups per step")
+    parser.add_argument("--preset", default="cpu-text", help="the preset, with its own recipe")
+    parser.add_argument("--groups", type=int, default=8, help="--in-process: groups per step")
     parser.add_argument("--window", type=int, default=10)
     parser.add_argument("--seeds", type=int, default=1, help="seeds 0..N-1, one run each")
     parser.add_argument("--seed-offset", type=int, default=0)

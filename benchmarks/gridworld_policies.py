@@ -1,5 +1,5 @@
 """Two policies in one run: the two-role gridworld (`gridworld.environment:pair`) through
-`rollout train` on the cpu-tiny preset, one policy per role.
+`rollout train` on the cpu-text preset, one policy per role.
 
 The walker (agent 0) is rewarded for a move toward its goal, the avoider (agent 1) for a move
 away from its own; both read views of the same shape (`mate -1,0. goal 1r.`), so one shared
@@ -53,16 +53,16 @@ def policy_rewards(state: Path, run_id: str) -> dict[str, list[float]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--steps", type=int, default=40)
-    parser.add_argument("--groups", type=int, default=8, help="groups per step")
+    parser.add_argument("--preset", default="cpu-text", help="the preset, with its own recipe")
     parser.add_argument("--window", type=int, default=5)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    overrides = [*OVERRIDES, f"groups_per_step={args.groups}", f"seed={args.seed}", POLICIES]
+    overrides = [*OVERRIDES, f"seed={args.seed}", POLICIES]
     run = train_fresh(
         "gridworld.environment:pair",
-        "cpu-tiny",
+        args.preset,
         ["--steps", str(args.steps), *sets([*overrides, *args.overrides])],
         "two policies",
     )

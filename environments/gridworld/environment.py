@@ -20,16 +20,12 @@ Two environments share the world:
 - `compact`: the smallest version, for tiny models: no tools block (a 30-token prompt),
   directions written as letters (`mate -1,0. goal 1r.`), the reply the tool's shortest form, a
   letter (`u`, `d`, `l`, `r`); goals next to their agents, one move each.
-  `benchmarks/gridworld_learning.py` trains it on the cpu-tiny preset:
+  `benchmarks/gridworld_learning.py` trains it on the cpu-text preset, whose recipe (one step
+  of sampling lag included) learns it on every seed measured:
 
     uv run rollout env check gridworld.environment:environment
-    uv run rollout train gridworld.environment:compact --preset cpu-tiny \\
-        --set model.init.alphabet=null --set model.init.vocab_size=160 \\
-        --set warmup_steps=30 --set warmup_learning_rate=0.003 --set group_size=8 \\
-        --set groups_per_step=8 --set learning_rate=0.003 --set grad_clip=1.0 --set max_lag=0
+    uv run rollout train gridworld.environment:compact --preset cpu-text
 
-  (the benchmark's recipe; with a step of sampling lag, the preset's `max_lag: 1`, the choice of
-  direction stayed at chance).
 - `pair`: `compact` with two roles whose goals differ: the `walker` (agent 0) is rewarded for a
   move toward its goal, the `avoider` (agent 1) for a move away from its own. Both read views of
   the same shape, so one shared policy cannot serve both; a run with a policy per role

@@ -174,6 +174,7 @@ def _wait_for(
     done: object,
     ups: dict[str, subprocess.Popen[bytes]],
     timeout: float,
+    poll: float = 0.5,
 ) -> None:
     deadline = time.monotonic() + timeout
     while not done():  # type: ignore[operator]
@@ -181,7 +182,7 @@ def _wait_for(
             code = process.poll()
             assert code in (None, 0), f"rollout up on {name} exited {code} before {what}"
         assert time.monotonic() < deadline, f"no {what} within {timeout:.0f} s"
-        time.sleep(0.5)
+        time.sleep(poll)
 
 
 def _finished(cluster: Cluster, run_id: str) -> bool:
@@ -288,11 +289,16 @@ def test_a_lost_runner_host_then_a_lost_trainer_host_lose_nothing(cluster: Clust
 
     with cluster.running("lossy") as ups:
         _wait_for(cluster, "step 1", lambda: step() >= 1, ups, timeout=600)
-        # Lose the host while it plays: a seat takes well under a second here, so wait for a
-        # moment when it holds some (CI once caught it holding none).
-        _wait_for(cluster, "a seat held on the runner2 host",
-                  lambda: held_seats(cluster.database_url, run_id, time.time(), host="runner2"),
-                  ups, timeout=300)  # fmt: skip
+
+        # Lose the host while it plays: a seat takes well under a second here and the runners
+        # idle between steps at the lag gate, so look for a moment when it holds some every
+        # 50 ms (every 0.5 s, CI twice saw none within 300 s), and stop looking if the run ends.
+        def runner2_plays() -> bool:
+            assert step() < STEPS, "the run ended before the runner2 host was seen holding a seat"
+            return bool(held_seats(cluster.database_url, run_id, time.time(), host="runner2"))
+
+        _wait_for(cluster, "a seat held on the runner2 host", runner2_plays, ups, timeout=300,
+                  poll=0.05)  # fmt: skip
         before = time.time()
         assert runner2.kill_all()  # the host is lost: its runners, its supervisor
         ups.pop("runner2")
