@@ -16,6 +16,10 @@ prints, per step, the share of moves toward the goal and the measurements the di
 the trainer/sampler ratio of trained tokens, the share of tokens the objective truncated, masked
 or clipped, the policy's entropy, the gradient norm and how far each step moved the policy on
 a fixed probe batch (`probe_kl`: KL(before || after) of the first move over 64 views).
+`--variant words` plays the same task without the tools block in the prompt; `--credit turn`
+rewards each move on its own turn (0.7 closer, -0.35 no move, the team's `--team-share` on the
+last turn) and trains each turn on its discounted reward-to-go (`--discount`), where the default
+`--credit episode` gives every turn of a seat the seat's advantage, as `Walk` does.
 
 Without `--in-process`, each cell (`--lags` x `--modes`) is a `rollout train` run of the
 environment with the given preset (fresh state folder each), and the benchmark reads the
@@ -32,6 +36,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import copy
+import functools
 import json
 import random
 import sys
@@ -146,7 +151,7 @@ def in_process(args: argparse.Namespace, seed: int) -> dict[str, Any]:
     from rollout.models import init_model
     from rollout.rendering import HFRenderer
     from rollout.runs.config import ImportanceConfig
-    from rollout.training.advantages import group_advantages
+    from rollout.training.advantages import group_advantages, turn_advantages
     from rollout.training.loss import LossConfig
     from rollout.training.providers.base import TrainBatch
     from rollout.training.providers.torch import TorchProvider
@@ -173,8 +178,14 @@ def in_process(args: argparse.Namespace, seed: int) -> dict[str, Any]:
     )  # fmt: skip
     env = compact if args.variant == "compact" else environment
     assert env.warmup is not None
+    warmup: Any = env.warmup
+    if args.variant == "words":  # the tool-call gridworld's task without the tools block
+        from gridworld.environment import _format_example
+
+        warmup = functools.partial(_format_example, tools=False, short=False)
+
     for _ in range(args.warmup):
-        examples = [env.warmup(rng) for _ in range(args.warmup_batch)]
+        examples = [warmup(rng) for _ in range(args.warmup_batch)]
         batch = TrainBatch(tuple(warmup_segments(renderer, examples)), LossConfig("supervised"))
         provider.forward_backward(batch)
         provider.optim_step()
@@ -189,8 +200,12 @@ def in_process(args: argparse.Namespace, seed: int) -> dict[str, Any]:
     history: deque[dict[str, torch.Tensor]] = deque(maxlen=args.lag + 1)
     short = args.variant == "compact"
     probe = _probe_prompts(renderer, random.Random(seed + 1), 64, short=short)
-    draw = env.parameters
-    assert callable(draw)
+    base = env.parameters
+    assert callable(base)
+    draw: Any = base
+    if args.variant == "words":
+        draw = lambda r: {**base(r), "tools": False}  # noqa: E731
+
     max_tokens = int(env.sampling["max_tokens"])
     rows: list[dict[str, float]] = []
     for step in range(args.steps):
@@ -234,6 +249,19 @@ def in_process(args: argparse.Namespace, seed: int) -> dict[str, Any]:
                 members = [episode[agent] for episode in episodes]
                 rewards = [s.reward(t) for s, t in zip(members, team, strict=True)]
                 rewards_all += rewards
+                if args.credit == "turn":
+                    per_turn = [
+                        _turn_rewards(s, t, args.team_share)
+                        for s, t in zip(members, team, strict=True)
+                    ]
+                    counts = [len(s.turns) for s in members]
+                    by_turn = turn_advantages(per_turn, counts, discount=args.discount)
+                    for seat, advs in zip(members, by_turn, strict=True):
+                        if any(advs):
+                            segments += build_segments(
+                                seat.turns, stop_token_ids=[stop], turn_advantages=advs
+                            )
+                    continue
                 advantages = group_advantages(rewards)
                 for seat, advantage in zip(members, advantages, strict=True):
                     if advantage:
@@ -278,6 +306,14 @@ def in_process(args: argparse.Namespace, seed: int) -> dict[str, Any]:
         "last_sem": sem(closers[-w:]),
         "rows": rows,
     }
+
+
+def _turn_rewards(seat: Seat, team: bool, team_share: float) -> dict[int, float]:
+    """A seat's rewards by turn: each move's own, and the team's part on its last turn."""
+    out = dict(enumerate(seat.turn_rewards))
+    last = len(seat.turn_rewards) - 1
+    out[last] = out.get(last, 0.0) + team_share * float(team)
+    return out
 
 
 _DIAGNOSTICS = (
@@ -402,7 +438,10 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=30)
     parser.add_argument("--warmup-lr", type=float, default=3e-3)
     parser.add_argument("--warmup-batch", type=int, default=32)
-    parser.add_argument("--variant", default="tools", choices=["tools", "compact"])
+    parser.add_argument("--credit", default="episode", choices=["episode", "turn"])
+    parser.add_argument("--discount", type=float, default=1.0)
+    parser.add_argument("--team-share", type=float, default=0.3)
+    parser.add_argument("--variant", default="tools", choices=["tools", "compact", "words"])
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--vocab", type=int, default=400)
     parser.add_argument(
