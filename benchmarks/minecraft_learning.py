@@ -6,7 +6,9 @@ reads `agent1 spot 9 5 4. b w d s?` and answers with one letter: `b` builds its 
 walks there and places cobblestone), `w` waits, `d` digs the spot, `s` says hello. The reward
 is the team's, read from the world: the share of the four spots with cobblestone. A uniformly
 random policy builds with probability 1/4 (team reward 0.25); a reply that is no letter builds
-nothing. The preset runs four runner processes, 2 groups of 4 episodes per step.
+nothing and costs its bot 0.5 of its reward (the step's `reward` metric counts that; the team
+reward reported here is the world's alone). The preset runs four runner processes, 2 groups of 4
+episodes per step.
 
 For each seed the benchmark prints the mean team reward of the first and last `--window` steps
 with their standard errors, the steps and the wall time, and the load average.
@@ -59,15 +61,28 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
 
 
 async def _step_rewards(state: Path, run_id: str) -> list[float]:
-    """Each RL step's mean reward (the team's), from the run's ledger."""
+    """Each RL step's team reward: the share of spots built (`team_built`, read from the world)
+    over the episodes of the groups the step trained on, from the run's ledger. (The step's
+    `reward` metric also counts the penalty of replies that were no letter.)"""
     from rollout.ledger import Ledger
 
     ledger = await Ledger.connect(state_dir=state)
     try:
         steps = await ledger.train_steps(run_id)
+        episodes = await ledger.list_episodes(run_id, limit=1_000_000)
     finally:
         await ledger.close()
-    return [float(s.metrics["reward"]) for s in sorted(steps, key=lambda s: s.step) if s.step > 0]
+    by_group: dict[int, list[float]] = {}
+    for episode in episodes:
+        if episode.kind == "train" and episode.ends:
+            built = episode.ends[0].metrics.get("team_built")
+            if built is not None:
+                by_group.setdefault(episode.group_index, []).append(float(built))
+    out = []
+    for step in sorted(steps, key=lambda s: s.step):
+        if step.step > 0:
+            out.append(mean([b for g in step.group_indices for b in by_group.get(g, [])]))
+    return out
 
 
 def main() -> None:

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rollout.ledger import stop_embedded
+
 
 @dataclass(frozen=True)
 class PlatformRun:
@@ -53,6 +55,7 @@ def train_fresh(environment: str, preset: str, args: Sequence[str], label: str) 
     seconds = time.monotonic() - began
     load = max(load, os.getloadavg()[0])
     if result.returncode != 0:
+        stop_embedded(state)  # the run's Postgres outlives `rollout train`: nothing reads it now
         sys.exit(f"rollout train failed ({label}):\n{result.stderr[-3000:]}")
     return PlatformRun(state, json.loads(result.stdout), seconds, load, " ".join(command[2:]))
 

@@ -18,7 +18,8 @@ reward, read from the world, is then above 0).
 
 `compact` is the same world and bots for a tiny model: each bot reads a one-line view and
 answers with one letter (`b` build, `w` wait, `d` dig, `s` say), which its bot carries out; the
-team's reward is the share of spots built. The `minecraft-cpu-tiny` preset trains it:
+team's reward is the share of spots built, less 0.5 for a bot whose reply is no letter. The
+`minecraft-cpu-tiny` preset trains it:
 
     uv run rollout train minecraft_team.environment:compact --preset minecraft-cpu-tiny
 """
@@ -178,6 +179,12 @@ class TeamBuild(Task):
 
 ACTIONS = {"b": "build", "w": "wait", "d": "dig", "s": "say"}
 """`compact`'s replies: one letter each (a tiny model's action vocabulary)."""
+INVALID_PENALTY = 0.5
+"""What a `compact` reply that is not one of the letters costs its own bot (taken off its
+reward). Without it a reply that does nothing is worth as much as `w`, and the tiny model can
+slide onto the cheapest such reply (an empty one) in a couple of steps: on seed 1 every reply
+was empty from the third sampling checkpoint on, every reward 0, and no group had a signal left
+to recover from."""
 
 
 class CompactBuild(TeamBuild):
@@ -186,7 +193,8 @@ class CompactBuild(TeamBuild):
     `b` walks next to the bot's spot and places cobblestone on it (the demonstration's two
     tool calls), `d` digs the spot, `s` says hello in the chat, `w` does nothing; any other reply
     does nothing either. The bots and the world are the full environment's; the reward is read
-    from the world the same way (`reward`: team, own or mixed).
+    from the world the same way (`reward`: team, own or mixed), less `INVALID_PENALTY` for a
+    reply that is not one of the letters (the bot's own part: its teammates are not charged).
     """
 
     async def start(self, run: RunContext) -> Observation:
@@ -210,7 +218,12 @@ class CompactBuild(TeamBuild):
         for op, arguments in calls:
             answer = await self.bot.act(op, **arguments)
             self.actions.append({"tool": op, "arguments": arguments, "answer": answer})
-        return await self._end(run)
+        end = await self._end(run)
+        invalid = action is None
+        return End(
+            reward=end.value - INVALID_PENALTY * invalid,
+            metrics={**end.metrics, "invalid": float(invalid)},
+        )
 
 
 def compact_example(rng: random.Random) -> tuple[list[Message], str]:
@@ -264,7 +277,8 @@ compact = SandboxedEnvironment(
     task=CompactBuild,
     # The team's reward: the share of the four spots built. A bot that builds raises its whole
     # group's reward, so its group-relative advantage is positive on average (the others' moves
-    # are noise it learns through); `rollout train --preset minecraft-cpu-tiny` learns it.
+    # are noise it learns through); `rollout train --preset minecraft-cpu-tiny` learns it. A
+    # reply that is no letter costs its own bot `INVALID_PENALTY`.
     parameters=[{"reward": "team"}],
     agents=4,
     group_size=4,

@@ -81,17 +81,24 @@ def test_minecraft_cpu_tiny_trains_the_compact_team_with_four_runners(
     summary = json.loads(result.stdout)
     assert summary["status"] == "finished" and summary["steps"] == steps
 
-    async def ends() -> list[tuple[int, str, dict[str, float]]]:
+    async def ends() -> list[tuple[int, str, float, dict[str, float]]]:
         ledger = await Ledger.connect(database_url, migrate=False)
         try:
             episodes = await ledger.list_episodes(str(summary["run_id"]), limit=100)
-            return [(e.agents, end.status, dict(end.metrics)) for e in episodes for end in e.ends]
+            return [
+                (e.agents, end.status, end.reward, dict(end.metrics))
+                for e in episodes
+                for end in e.ends
+            ]
         finally:
             await ledger.close()
 
     seats = asyncio.run(ends())
     # Each trained group: 2 episodes of 4 bots (the preset starts 4 runner processes).
     assert len(seats) >= 2 * 4 * steps
-    assert all(agents == 4 and status == "completed" for agents, status, _ in seats), seats
-    # The team reward is the world's: each seat saw the four bots finish and read the spots.
-    assert all(m["team_finished"] == 4.0 for _, _, m in seats)
+    assert all(agents == 4 and status == "completed" for agents, status, _, _ in seats), seats
+    # The team reward is the world's: each seat saw the four bots finish and read the spots;
+    # a bot whose reply was no letter is charged 0.5 of its own.
+    assert all(m["team_finished"] == 4.0 for _, _, _, m in seats)
+    for _, _, reward, m in seats:
+        assert reward == pytest.approx(m["team_built"] - 0.5 * m["invalid"]), (reward, m)
