@@ -228,3 +228,37 @@ async def test_the_trainer_lists_exactly_the_groups_a_step_may_consume(
     assert consumable == listed
     assert await ledger.complete_groups(rid, 100) == []
     assert [s.step for s in await ledger.train_steps(rid, after=10)] == [11, 15]
+
+
+async def test_the_groups_below_the_consumed_floor_are_skipped_and_none_is_lost(
+    ledger: Ledger, run: RunRecord
+) -> None:
+    """The trainable-groups read starts at the first group the policy has not consumed. Groups
+    consumed out of order, and a group added later below groups already consumed, still come
+    back (to this process and to a fresh one) until a step consumes them."""
+    rid = run.run_id
+    await ledger.add_episodes(rid, [EpisodeSpec(g, 0, {}, g) for g in range(1, 6)])
+    await _play(ledger, rid)
+    lease = await ledger.acquire_lease(trainer_lease(rid), "t")
+    assert [g.group_index for g in await ledger.complete_groups(rid, 10)] == [1, 2, 3, 4, 5]
+    # Groups 2 and 3 first: group 1 (and group 0, not yet added) hold the floor at 0.
+    assert await ledger.record_train_step(lease, rid, 1, [2, 3], {}, checkpoint(rid, 1))
+    assert [g.group_index for g in await ledger.complete_groups(rid, 10)] == [1, 4, 5]
+    await ledger.add_episodes(rid, [EpisodeSpec(0, 0, {}, 0)])
+    await _play(ledger, rid)
+    assert [g.group_index for g in await ledger.complete_groups(rid, 10)] == [1, 4, 5, 0]
+    assert await ledger.record_train_step(lease, rid, 2, [0, 1], {}, checkpoint(rid, 2, 1))
+    # Groups 0-3 are consumed: the floor is 4, and 4 and 5 are still there.
+    assert [g.group_index for g in await ledger.complete_groups(rid, 10)] == [4, 5]
+    fresh = await Ledger.connect(ledger.url, migrate=False)
+    try:
+        assert [g.group_index for g in await fresh.complete_groups(rid, 10)] == [4, 5]
+        # A group added after the floor moved is found by both.
+        await ledger.add_episodes(rid, [EpisodeSpec(6, 0, {}, 6)])
+        await _play(ledger, rid)
+        assert [g.group_index for g in await fresh.complete_groups(rid, 10)] == [4, 5, 6]
+        assert await fresh.record_train_step(lease, rid, 3, [4, 5, 6], {}, checkpoint(rid, 3, 2))
+        assert await fresh.complete_groups(rid, 10) == []
+        assert await ledger.complete_groups(rid, 10) == []
+    finally:
+        await fresh.close()

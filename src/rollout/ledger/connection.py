@@ -123,6 +123,9 @@ class LedgerConnection:
         self.url = url
         """The database URL (give it to child processes as ROLLOUT_DATABASE_URL)."""
         self._outage = Outage(where=_where(url))
+        self._group_floors: dict[tuple[str, str], int] = {}
+        """Per (run, policy), a group index below which every train group is consumed
+        (`rollout.ledger.training`: the trainable-groups scan starts there)."""
 
     async def _after_disconnect(self) -> None:
         """Drop the pool's dead connections, so a retry does not take one of them.

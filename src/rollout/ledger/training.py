@@ -34,12 +34,29 @@ from rollout.ledger.records import (
     TrainStepRecord,
 )
 
-# Complete train groups no step has consumed, oldest first (see `group_status`).
+# Complete train groups no step has consumed, oldest first (see `group_status`), from group
+# `floor` on: every group below it is consumed (`GROUP_FLOOR`), so the scan covers the groups of
+# the last few steps instead of every episode of the run (at 15,360 episodes: 64 ms -> 2 ms).
 TRAINABLE_GROUPS: LiteralString = """
 SELECT group_index FROM policy_group_status(%(policy)s)
-WHERE run_id = %(run_id)s AND kind = 'train' AND complete AND consumed_by_step IS NULL
+WHERE run_id = %(run_id)s AND kind = 'train' AND group_index >= %(floor)s AND complete
+  AND consumed_by_step IS NULL
 ORDER BY first_seq
 LIMIT %(limit)s
+"""
+# The first group index at or after `floor` that `policy` has not consumed. A consumed group
+# stays consumed, so every index below the answer is consumed whatever is inserted later (a
+# group added below it would have to be consumed already): it only ever moves up.
+GROUP_FLOOR: LiteralString = """
+WITH RECURSIVE walk(g) AS (
+    SELECT %(floor)s::int4
+    UNION ALL
+    SELECT walk.g + 1 FROM walk
+    WHERE EXISTS (SELECT 1 FROM consumed_groups c
+                  WHERE c.run_id = %(run_id)s AND c.policy = %(policy)s
+                    AND c.group_index = walk.g)
+)
+SELECT max(g) AS floor FROM walk
 """
 # The same view, for the groups a step is about to consume.
 GROUPS_TO_CONSUME: LiteralString = """
@@ -163,6 +180,14 @@ async def insert_checkpoint(conn: Conn, lease: Lease, checkpoint: CheckpointReco
     return False
 
 
+async def _group_floor(conn: Conn, run_id: str, policy: str, floor: int) -> int:
+    """`GROUP_FLOOR` from `floor` (a floor known before: the walk starts there)."""
+    params = {"run_id": run_id, "policy": policy, "floor": floor}
+    row = await fetch_one(conn, dict_row, GROUP_FLOOR, params)
+    assert row is not None  # an aggregate without GROUP BY always returns its row
+    return int(row["floor"])
+
+
 class TrainingMixin(LedgerConnection):
     """Complete groups, train steps and checkpoints (see the module docstring)."""
 
@@ -192,7 +217,11 @@ class TrainingMixin(LedgerConnection):
         if limit <= 0:
             return []
         async with self._pool.connection() as conn:
-            params = {"run_id": run_id, "limit": limit, "policy": policy}
+            floor = self._group_floors.get((run_id, policy))
+            if floor is None:  # once per run and policy in this process; steps move it on
+                floor = await _group_floor(conn, run_id, policy, 0)
+                self._group_floors[(run_id, policy)] = floor
+            params = {"run_id": run_id, "limit": limit, "policy": policy, "floor": floor}
             rows = await fetch_all(conn, dict_row, TRAINABLE_GROUPS, params)
             groups = [row["group_index"] for row in rows]
             if not groups or (only_if_full and len(groups) < limit):
@@ -259,10 +288,16 @@ class TrainingMixin(LedgerConnection):
                         f"{recorded}, not {groups}"
                     )
                 return False
+            floor = None
             if groups:
                 await check_groups(conn, run_id, groups, checkpoint.policy)
                 await conn.execute(CONSUME_GROUPS, params)
+                key = (run_id, checkpoint.policy)
+                floor = await _group_floor(conn, run_id, key[1], self._group_floors.get(key, 0))
             await insert_checkpoint(conn, lease, checkpoint)
+        if floor is not None:  # committed: the groups below it are consumed for good
+            key = (run_id, checkpoint.policy)
+            self._group_floors[key] = max(floor, self._group_floors.get(key, 0))
         return True
 
     async def record_checkpoint(self, lease: Lease, checkpoint: CheckpointRecord) -> bool:
