@@ -3,23 +3,26 @@
 `gridworld.environment:environment`: two agents share a 3x3 grid, each walks to its own goal
 (1-2 steps away) in at most 3 moves, reading a view such as `mate -1,0. goal 2 right 1 down.`
 under the chat template's tools block (~430 tokens of prompt with the tiny model's tokenizer).
-Its reward: 0.7 x the share of its moves that brought it closer (-0.5 for a reply that is no
-move) + 0.3 when both agents reached their goals.
+Its rewards, per move on the move's turn: 0.7 x the share of the start distance the move won
+(0 for a move that wins no new ground, -0.35 of a step's share for a reply that is no move), and
+0.3 on the last turn when both agents reached their goals (`gridworld.environment.move_reward`).
 
 `--in-process` plays that task with the training pieces in one process: the world is the
-sandbox's own `World` (environments/gridworld/server.py), each agent's text and reward are
-`Walk`'s (the same `describe`, `reward` and message shapes), prompts are rendered by the tiny
-model's chat template with the `move` tool, replies sampled by `rollout.training.sampler` and
-trained by `TorchProvider` with the run's objective. `--lag K` samples every episode with the
-weights of K optimizer steps ago, as `max_lag` K does on the platform at full throughput. It
-prints, per step, the share of moves toward the goal and the measurements the diagnosis uses:
-the trainer/sampler ratio of trained tokens, the share of tokens the objective truncated, masked
-or clipped, the policy's entropy, the gradient norm and how far each step moved the policy on
-a fixed probe batch (`probe_kl`: KL(before || after) of the first move over 64 views).
-`--variant words` plays the same task without the tools block in the prompt; `--credit turn`
-rewards each move on its own turn (0.7 closer, -0.35 no move, the team's `--team-share` on the
-last turn) and trains each turn on its discounted reward-to-go (`--discount`), where the default
-`--credit episode` gives every turn of a seat the seat's advantage, as `Walk` does.
+sandbox's own `World` (environments/gridworld/server.py), each agent's text and rewards are
+`Walk`'s (the same `describe`, `move_reward`, `team_reward` and message shapes), prompts are
+rendered by the tiny model's chat template with the `move` tool, replies sampled by
+`rollout.training.sampler` and trained by `TorchProvider` with the run's objective. `--lag K`
+samples every episode with the weights of K optimizer steps ago, as `max_lag` K does on the
+platform at full throughput. It prints, per step, the share of moves toward the goal and the
+measurements the diagnosis uses: the trainer/sampler ratio of trained tokens, the share of
+tokens the objective truncated, masked or clipped, the policy's entropy, the gradient norm and
+how far each step moved the policy on a fixed probe batch (`probe_kl`: KL(before || after) of
+the first move over 64 views).
+`--variant words` plays the same task without the tools block in the prompt. `--credit turn`
+(the default) trains each turn on the discounted reward-to-go of the seat's rewards (`--discount`,
+default 1 as the platform's), as `rollout train` does with `Walk`'s per-move rewards;
+`--credit episode` gives every turn of a seat the advantage of the seat's summed reward (what
+`rollout train` did when `Walk` had only an `End` reward).
 
 Without `--in-process`, each cell (`--lags` x `--modes`) is a `rollout train` run of the
 environment with the given preset (fresh state folder each), and the benchmark reads the
@@ -96,7 +99,7 @@ class Seat:
         view = world.view(agent)
         self.messages = [Message.user(self.describe(view))]
         self.tools = [MOVE] if parameters.get("tools", True) else []
-        self.distance = distance(view)
+        self.distance = self.start = self.nearest = distance(view)
         self.moves = self.closer = self.invalid = 0
         self.done = False
         self.turns: list[Any] = []
@@ -108,7 +111,7 @@ class Seat:
         return describe(view, short=self.short)
 
     def act(self, reply: Any) -> None:
-        from gridworld.environment import OWN_SHARE, _call_id, _direction, distance
+        from gridworld.environment import _call_id, _direction, distance, move_reward
 
         from rollout.contracts import Message
 
@@ -124,10 +127,12 @@ class Seat:
             view = self.world.view(self.agent)
             text = self.describe(view) if result == "moved" else f"{result}. " + self.describe(view)
         now = distance(view)
-        closer = now < self.distance
-        self.closer += closer
+        self.turn_rewards.append(
+            move_reward(self.start, self.nearest, now, valid=direction is not None)
+        )
+        self.closer += now < self.distance
         self.distance = now
-        self.turn_rewards.append(OWN_SHARE * (float(closer) - 0.5 * (direction is None)))
+        self.nearest = min(self.nearest, now)
         if view["at_goal"] or self.moves >= self.max_moves:
             self.done = True
         elif direction and reply.tool_calls:
@@ -135,10 +140,17 @@ class Seat:
         else:
             self.messages.append(Message.user(text))
 
-    def reward(self, team: bool) -> float:
-        from gridworld.environment import reward
+    def rewards(self, team: bool) -> dict[int, float]:
+        """The seat's rewards by turn: each move's, and the team's part on its last turn."""
+        from gridworld.environment import team_reward
 
-        return reward(self.closer, self.invalid, self.moves, team)
+        out = dict(enumerate(self.turn_rewards))
+        last = len(self.turn_rewards) - 1
+        out[last] = out.get(last, 0.0) + team_reward(team)
+        return out
+
+    def reward(self, team: bool) -> float:
+        return sum(self.rewards(team).values())
 
 
 def in_process(args: argparse.Namespace, seed: int) -> dict[str, Any]:
@@ -250,10 +262,7 @@ def in_process(args: argparse.Namespace, seed: int) -> dict[str, Any]:
                 rewards = [s.reward(t) for s, t in zip(members, team, strict=True)]
                 rewards_all += rewards
                 if args.credit == "turn":
-                    per_turn = [
-                        _turn_rewards(s, t, args.team_share)
-                        for s, t in zip(members, team, strict=True)
-                    ]
+                    per_turn = [s.rewards(t) for s, t in zip(members, team, strict=True)]
                     counts = [len(s.turns) for s in members]
                     by_turn = turn_advantages(per_turn, counts, discount=args.discount)
                     for seat, advs in zip(members, by_turn, strict=True):
@@ -306,14 +315,6 @@ def in_process(args: argparse.Namespace, seed: int) -> dict[str, Any]:
         "last_sem": sem(closers[-w:]),
         "rows": rows,
     }
-
-
-def _turn_rewards(seat: Seat, team: bool, team_share: float) -> dict[int, float]:
-    """A seat's rewards by turn: each move's own, and the team's part on its last turn."""
-    out = dict(enumerate(seat.turn_rewards))
-    last = len(seat.turn_rewards) - 1
-    out[last] = out.get(last, 0.0) + team_share * float(team)
-    return out
 
 
 _DIAGNOSTICS = (
@@ -438,9 +439,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=30)
     parser.add_argument("--warmup-lr", type=float, default=3e-3)
     parser.add_argument("--warmup-batch", type=int, default=32)
-    parser.add_argument("--credit", default="episode", choices=["episode", "turn"])
+    parser.add_argument("--credit", default="turn", choices=["episode", "turn"])
     parser.add_argument("--discount", type=float, default=1.0)
-    parser.add_argument("--team-share", type=float, default=0.3)
     parser.add_argument("--variant", default="tools", choices=["tools", "compact", "words"])
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--vocab", type=int, default=400)

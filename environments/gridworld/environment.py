@@ -8,9 +8,12 @@ Each turn an agent reads a short text view (`mate +1,0. goal 2 right 1 down.`: i
 offset, and the directions toward its goal) and calls the `move` tool (up, down, left or right);
 a reply that is only a direction word is the same move (the short form a tiny model learns
 first). It ends when it reaches its goal or after `max_moves` moves, then waits for its
-teammates. Its reward is dense per move plus a team part: `OWN_SHARE` times the share of its
-moves that brought it closer to its goal (a reply that is no move counts -`INVALID_PENALTY`),
-plus `1 - OWN_SHARE` when every agent reached its goal.
+teammates. Each move is rewarded on its own turn (`Observation(reward=...)`, so training credits
+a move with the rewards from it on, not with the whole episode's): `OWN_SHARE` times the share of
+the start distance by which it brought the agent nearer its goal than it had been (a wrong move, a
+blocked one or one back over ground already won earns 0; a reply that is no move costs
+`INVALID_PENALTY` of a step's share), and the last turn also gets `1 - OWN_SHARE` when every agent
+reached its goal: an agent that walks straight to its goal in a team that all arrive earns 1.
 The episodes of a group play the same layout, so group-relative advantages compare moves.
 
 Two environments share the world:
@@ -155,19 +158,30 @@ def _direction(reply: Message) -> str | None:
     return direction if direction in DIRECTIONS else None
 
 
-def reward(closer: int, invalid: int, moves: int, team_reached: bool) -> float:
-    """An agent's reward: per move, 1 if it brought the agent closer and -0.5 if the reply was
-    not a move (so a wrong move beats no move), averaged; and the team's success.
+def move_reward(start: int, nearest: int, now: int, *, valid: bool = True) -> float:
+    """What one move earns on its turn: `OWN_SHARE` times the share of the `start` distance by
+    which it brought the agent nearer its goal than the `nearest` it had been; a reply that is no
+    move costs `INVALID_PENALTY` of one step's share (so a wrong move, which earns 0, beats it).
+    A seat's own rewards add up to at most `OWN_SHARE`, and walking away and back earns no more
+    than walking straight.
 
-    >>> reward(closer=2, invalid=0, moves=2, team_reached=True)
-    1.0
-    >>> round(reward(closer=1, invalid=0, moves=2, team_reached=False), 2)
+    >>> move_reward(start=2, nearest=2, now=1)  # one of two steps toward the goal
     0.35
-    >>> round(reward(closer=1, invalid=1, moves=2, team_reached=False), 3)
-    0.175
+    >>> move_reward(start=2, nearest=1, now=2), move_reward(start=2, nearest=2, now=2)
+    (0.0, 0.0)
+    >>> move_reward(start=1, nearest=1, now=1, valid=False)
+    -0.35
     """
-    own = (closer - INVALID_PENALTY * invalid) / moves if moves else 0.0
-    return OWN_SHARE * own + (1.0 - OWN_SHARE) * float(team_reached)
+    if not start:
+        return 0.0
+    if not valid:
+        return -OWN_SHARE * INVALID_PENALTY / start
+    return OWN_SHARE * max(nearest - now, 0) / start
+
+
+def team_reward(team_reached: bool) -> float:
+    """The team's part, on each agent's last turn: `1 - OWN_SHARE` when every agent arrived."""
+    return (1.0 - OWN_SHARE) * float(team_reached)
 
 
 class Walk(Task):
@@ -192,6 +206,8 @@ class Walk(Task):
         self.closer = 0
         self.invalid = 0
         self.distance = 0
+        self.start_distance = 0
+        self.nearest = 0
 
     async def _request(self, run: RunContext, op: str, **fields: Any) -> dict[str, Any]:
         if self.channel is None:
@@ -205,7 +221,7 @@ class Walk(Task):
         view = await self._request(
             run, "join", agents=run.agents, seed=seed, size=self.size, reach=self.reach
         )
-        self.distance = distance(view)
+        self.distance = self.start_distance = self.nearest = distance(view)
         return Observation(self._describe(view), tools=[MOVE] if self.tools else None)
 
     def _describe(self, view: Mapping[str, Any]) -> str:
@@ -226,22 +242,29 @@ class Walk(Task):
                 else f"{view['result']}. " + self._describe(view)
             )
         now = distance(view)
+        earned = self.move_reward(now, valid=direction is not None)
         self.closer += now < self.distance
         self.distance = now
+        self.nearest = min(self.nearest, now)
         if view["at_goal"] or self.moves >= self.max_moves:
-            return await self._end(run)
+            return await self._end(run, earned)
         if direction and reply.tool_calls:
-            return Observation(Message.tool(text, tool_call_id=_call_id(reply)))
-        return Observation(text)
+            message = Message.tool(text, tool_call_id=_call_id(reply))
+            return Observation(message, reward=earned)
+        return Observation(text, reward=earned)
 
-    async def _end(self, run: RunContext) -> End:
+    def move_reward(self, now: int, *, valid: bool) -> float:
+        """What the move that left the agent `now` steps from its goal earns."""
+        return move_reward(self.start_distance, self.nearest, now, valid=valid)
+
+    async def _end(self, run: RunContext, earned: float) -> End:
         await self._request(run, "finish")
         outcome = await self._request(run, "wait_all", timeout=self.team_wait)
         start = outcome["start_distance"][run.agent]
         progress = (start - outcome["distance"][run.agent]) / start if start else 1.0
         team = all(outcome["reached"])
         return End(
-            reward=reward(self.closer, self.invalid, self.moves, team),
+            reward=earned + team_reward(team),
             metrics={
                 "own_progress": progress,
                 "closer_moves": self.closer / self.moves if self.moves else 0.0,
@@ -259,8 +282,9 @@ class Walk(Task):
 
 class Pair(Walk):
     """`Walk` for two roles whose goals differ: agent 0 (the walker) earns a move that brings it
-    closer to its goal, agent 1 (the avoider) a move that takes it farther from its own. The
-    reward is the agent's own only: (good moves - `INVALID_PENALTY` x invalid replies) / moves.
+    closer to its goal, agent 1 (the avoider) a move that takes it farther from its own. Each
+    move earns on its turn: 1 for a good move, 0 for another, -`INVALID_PENALTY` for a reply that
+    is no move; there is no team part.
     """
 
     away = False
@@ -277,10 +301,14 @@ class Pair(Walk):
             self.closer = closer + (self.distance > before)
         return observation
 
-    async def _end(self, run: RunContext) -> End:
-        end = await super()._end(run)
-        own = (self.closer - INVALID_PENALTY * self.invalid) / self.moves if self.moves else 0.0
-        return End(reward=own, metrics=end.metrics)
+    def move_reward(self, now: int, *, valid: bool) -> float:
+        if not valid:
+            return -INVALID_PENALTY
+        return float(now > self.distance if self.away else now < self.distance)
+
+    async def _end(self, run: RunContext, earned: float) -> End:
+        end = await super()._end(run, earned)
+        return End(reward=earned, metrics=end.metrics)
 
 
 def _call_id(reply: Message) -> str:

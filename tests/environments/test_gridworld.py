@@ -1,5 +1,5 @@
-"""The gridworld: its world's layout, its dense team reward, and whole episodes played against a
-real grid server process by a scripted policy (two agents sharing one world)."""
+"""The gridworld: its world's layout, its per-move and team rewards, and whole episodes played
+against a real grid server process by a scripted policy (two agents sharing one world)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from gridworld.environment import (
     DIRECTIONS,
+    INVALID_PENALTY,
     OWN_SHARE,
     SHORT,
     Draw,
@@ -19,7 +20,8 @@ from gridworld.environment import (
     describe,
     environment,
     format_example,
-    reward,
+    move_reward,
+    team_reward,
 )
 from gridworld.server import World
 
@@ -64,13 +66,18 @@ def test_view_names_goal_directions_only_and_last() -> None:
     assert [w for w in DIRECTIONS if w in text.split("goal")[0]] == []
 
 
-def test_reward_is_dense_per_move_plus_team() -> None:
-    assert reward(closer=3, invalid=0, moves=3, team_reached=True) == 1.0
-    assert reward(closer=0, invalid=0, moves=3, team_reached=False) == 0.0
-    assert reward(closer=1, invalid=0, moves=3, team_reached=False) == pytest.approx(OWN_SHARE / 3)
-    assert reward(closer=0, invalid=0, moves=0, team_reached=True) == pytest.approx(1 - OWN_SHARE)
-    # A reply that is no move is worse than a wrong move.
-    assert reward(closer=0, invalid=1, moves=1, team_reached=False) < 0.0
+def test_each_move_earns_its_share_of_the_way_on_its_turn() -> None:
+    # Straight to a goal two steps away: half the own share per step, the team's on the last.
+    straight = [move_reward(2, 2, 1), move_reward(2, 1, 0)]
+    assert straight == [pytest.approx(OWN_SHARE / 2)] * 2
+    assert sum(straight) + team_reward(True) == pytest.approx(1.0)
+    # Away and back earns no more than straight: the way back wins no new ground.
+    away_and_back = [move_reward(1, 1, 2), move_reward(1, 1, 1), move_reward(1, 1, 0)]
+    assert away_and_back == [0.0, 0.0, pytest.approx(OWN_SHARE)]
+    # A reply that is no move costs; a wrong move costs nothing.
+    assert move_reward(1, 1, 1, valid=False) == pytest.approx(-OWN_SHARE * INVALID_PENALTY)
+    assert move_reward(1, 1, 2) == 0.0
+    assert team_reward(False) == 0.0
 
 
 def test_a_group_shares_one_layout() -> None:
@@ -150,3 +157,8 @@ def test_tools_environment_offers_move_and_accepts_a_word() -> None:
     assert not report.problems
     assert seen and all([t.name for t in tools] == ["move"] for tools in seen)
     assert all(seat.result is not None and seat.result.reward > 0 for seat in report.seats)
+    # Each move's reward is on its own turn: the seat two steps from its goal earned half its
+    # own share on each move, the team's part on the last; the one a step away, all on its `End`.
+    rewards = [seat.result.rewards_by_turn() for seat in report.seats if seat.result is not None]
+    half = OWN_SHARE / 2
+    assert rewards == [None, [pytest.approx(half), pytest.approx(half + team_reward(True))]]
