@@ -71,3 +71,13 @@ async def test_turn_rewards_are_recorded_with_the_end_by_turn(
         rows = await cursor.fetchall()
     seat = (rewarded.episode_id, rewarded.agent, rewarded.attempt)
     assert rows == [(*seat, 0, 0.5), (*seat, 2, 1.25)]
+
+
+async def test_an_error_with_a_nul_character_is_recorded(ledger: Ledger, run: RunRecord) -> None:
+    # A failed seat's error may quote a model's reply, and a text column cannot hold NUL.
+    await ledger.add_episodes(run.run_id, [EpisodeSpec(0, 0, {}, 0)])
+    claim = await ledger.claim_seat("r")
+    assert claim is not None
+    assert await ledger.end_seat(claim, reward=0.0, status="failed", error="no move: '\x00'")
+    (end,) = (await ledger.episode(claim.episode_id)).ends
+    assert end.status == "failed" and end.error == "no move: '\ufffd'"

@@ -221,3 +221,26 @@ async def test_turns_written_before_migration_0007_read_back(empty_database_url:
         assert (await ledger.seat_turns("e1", 0, 1))[3] == new
     finally:
         await ledger.close()
+
+
+@pytest.mark.parametrize("copy", [False, True], ids=["statement", "copy"])
+async def test_a_reply_with_a_nul_character_is_recorded(
+    ledger: Ledger, claims: list[SeatClaim], monkeypatch: pytest.MonkeyPatch, copy: bool
+) -> None:
+    # A byte-level model can sample NUL, which a jsonb string cannot hold: the turn is recorded
+    # (its tokens exactly) with U+FFFD in the request's text, not refused with a database error.
+    from rollout.ledger import turns as turns_module
+
+    monkeypatch.setattr(turns_module, "COPY_MIN", 1 if copy else 10**9)
+    claim = claims[0]
+    request = {
+        "messages": [{"role": "user", "content": "a\x00b"}],
+        "reply": {"role": "assistant", "content": "\x00x"},
+    }
+    turn = turn_for(claim, 0, completion_tokens=(0, 120), logprobs=(-0.5, -0.25), request=request)
+    assert await ledger.record_turns([turn]) == [True]
+    stored = await ledger.turn_requests(claim.episode_id, 0, claim.attempt, upto=0)
+    assert stored[0]["messages"][0]["content"] == "a\ufffdb"
+    assert stored[0]["reply"]["content"] == "\ufffdx"
+    (back,) = await ledger.seat_turns(claim.episode_id, 0, claim.attempt)
+    assert back.completion_tokens == (0, 120)

@@ -40,14 +40,44 @@ def finite(field: str, value: Any) -> float:
 
 
 def jsonb(field: str, value: Any) -> Jsonb:
-    """Wrap for a jsonb column, refusing what JSON cannot hold (NaN, sets, objects)."""
+    """Wrap for a jsonb column, refusing what JSON cannot hold (NaN, sets, objects); a NUL
+    character in a string is stored as U+FFFD (see `json_text`)."""
+    text = json_text(field, value)
+    return Jsonb(value, dumps=lambda _: text)
+
+
+NUL_STORED_AS = "\ufffd"
+"""What a NUL character in a string becomes in a jsonb column, which cannot hold one (a
+byte-level model can sample NUL; its tokens are stored exactly, the request's text with this)."""
+
+
+def json_text(field: str, value: Any) -> str:
+    r"""`value` as the JSON text of a jsonb column: NaN, infinity and non-JSON types refused,
+    naming `field`; each NUL character in a string (or key) written as `NUL_STORED_AS`.
+
+    >>> json_text("turn.request", {"reply": "a\x00b"})
+    '{"reply": "a\\ufffdb"}'
+    """
     try:
-        json.dumps(value, allow_nan=False)
+        text = json.dumps(value, allow_nan=False)
     except (TypeError, ValueError) as error:
         raise InvalidInput(
             f"{field} must be JSON (no NaN or infinity): {error}: {describe(value)}"
         ) from None
-    return Jsonb(value)
+    if "\\u0000" in text:  # rare: only then walk the value
+        text = json.dumps(without_nul(value), allow_nan=False)
+    return text
+
+
+def without_nul(value: Any) -> Any:
+    """`value` with every NUL character in its strings and keys replaced by `NUL_STORED_AS`."""
+    if isinstance(value, str):
+        return value.replace("\x00", NUL_STORED_AS)
+    if isinstance(value, dict):
+        return {without_nul(k): without_nul(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [without_nul(v) for v in value]
+    return value
 
 
 def metrics_jsonb(field: str, metrics: dict[str, float] | None) -> Jsonb:

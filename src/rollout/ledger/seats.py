@@ -19,7 +19,7 @@ from psycopg.rows import class_row, dict_row
 
 from rollout.ledger.connection import Conn, LedgerConnection, Pool, fetch_all, fetch_one
 from rollout.ledger.errors import InvalidInput, LedgerError, NotFound, StaleFence
-from rollout.ledger.inputs import finite, jsonb, known_run, metrics_jsonb
+from rollout.ledger.inputs import finite, jsonb, known_run, metrics_jsonb, without_nul
 from rollout.ledger.records import (
     EPISODE_KINDS,
     SEAT_STATUSES,
@@ -374,7 +374,7 @@ class SeatsMixin(LedgerConnection):
             "reward": finite("reward", reward),
             "score": jsonb("score", score) if score is not None else None,
             "metrics": metrics_jsonb("metrics", metrics),
-            "error": error,
+            "error": without_nul(error),  # a text column cannot hold NUL either
             "turn_rewards": rewards,
         }
         # Concurrent ends (a runner's seats finishing together) share one statement and commit.

@@ -14,7 +14,6 @@ The caller's transaction holds it all (one commit); on an autocommit connection 
 
 from __future__ import annotations
 
-import json
 import struct
 from collections.abc import Sequence
 from typing import Any, LiteralString
@@ -27,6 +26,7 @@ from psycopg.rows import dict_row
 from rollout.contracts import Turn
 from rollout.errors import describe
 from rollout.ledger.errors import InvalidInput
+from rollout.ledger.inputs import json_text
 from rollout.ledger.turn_sql import FENCE_AND_REPORT, LOCK_SEATS
 from rollout.ledger.turn_storage import Stored
 
@@ -111,12 +111,7 @@ def _texts(values: Sequence[str]) -> bytes:
 
 
 def _request(value: dict[str, Any]) -> bytes:
-    try:
-        data = json.dumps(value, allow_nan=False).encode()
-    except (TypeError, ValueError) as error:
-        raise InvalidInput(
-            f"turn.request must be JSON (no NaN or infinity): {error}: {describe(value)}"
-        ) from None
+    data = json_text("turn.request", value).encode()
     return struct.pack(">ib", len(data) + 1, 1) + data  # jsonb binary: version 1, then text
 
 
