@@ -179,6 +179,29 @@ async def test_the_sampler_refuses_top_logprobs_and_needs_a_checkpoint(tmp_path:
         await sampler.load_weights(tmp_path, 1)
 
 
+def test_the_run_configuration_sets_adams_parameters(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rollout.runs.config import RunConfig
+
+    monkeypatch.setenv(TINKER_SERVICE_VAR, "tests.training.tinker_fake:disk_service")
+    monkeypatch.setenv(FAKE_DIR_VAR, str(tmp_path / "fake"))
+
+    base = {"backend": "tinker", "provider": "tinker", "lora_rank": 8}
+    base["tinker"] = {"base_model": "Qwen/Qwen3-8B"}
+    default = TinkerProvider.from_config(RunConfig.model_validate(base))
+    config = RunConfig.model_validate({**base, "adam_beta2": 0.5, "adam_eps": 1e-6})
+    tuned = TinkerProvider.from_config(config)
+    assert (tuned.betas, tuned.eps) == ((0.9, 0.5), 1e-6)
+    seg = segment([1, 2, 3], 2, [-3.0, -3.0], advantage=1.0)
+    for trainer in (default, tuned):
+        trainer.forward_backward(TrainBatch((seg,)))
+        trainer.optim_step()
+    # Adam's second moment after one step is (1 - beta2) g^2: the service got beta2 0.5.
+    v_default, v_tuned = default.client.weights.v, tuned.client.weights.v
+    assert v_default.any() and np.allclose(v_tuned, v_default * 0.5 / (1 - 0.999))
+
+
 def test_load_restores_weights_optimizer_and_step(tmp_path: Path) -> None:
     service = FakeService()
     trainer = provider(service)

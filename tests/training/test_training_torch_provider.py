@@ -238,6 +238,10 @@ def test_the_run_configuration_sets_the_memory_plan_and_gradients_do_not_change(
     )
     planned = make_provider(config, tiny_model_dir)
     assert planned.micro_batch_tokens == 16
+    assert planned.optimizer.param_groups[0]["betas"] == (0.9, 0.999)  # the defaults
+    tuned = RunConfig.model_validate({"adam_beta1": 0.8, "adam_beta2": 0.95, "adam_eps": 1e-6})
+    group = make_provider(tuned, tiny_model_dir).optimizer.param_groups[0]
+    assert (group["betas"], group["eps"]) == ((0.8, 0.95), 1e-6)
     assert getattr(planned.model, "is_gradient_checkpointing", False)
     whole, segments = trained_pair(tiny_model_dir, ids)
     assert len(planned._micro_batches(segments)) > 2

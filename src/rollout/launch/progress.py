@@ -24,6 +24,16 @@ Example:
     'reward 0.500  loss +0.2500  lag 0.00  4 episodes/s  3 failed'
     >>> status_line(steps, max_lag=2)
     'reward 0.500  loss +0.2500  lag 0.00 (max_lag 2)  4 episodes/s'
+
+A run whose groups all scored alike for `UNIFORM_STEPS` steps in a row trains nothing (every
+advantage is 0: a collapsed policy, or a task too hard or too easy for it); the line says so:
+
+    >>> flat = [TrainStepRecord("r", i, (i - 1,), {"reward": -1.0, "loss": 0.0, "episodes": 8,
+    ...         "segments": 0.0}, 10.0 + i) for i in range(1, 6)]
+    >>> status_line(flat).split("  ")[-1]
+    'nothing trained for 5 steps: every group scored alike'
+    >>> status_line(flat[:4]).split("  ")[-1]
+    '8 episodes/s'
 """
 
 from __future__ import annotations
@@ -49,6 +59,8 @@ LAG_MEANS = (
     "queued group is trained a step or two later, so lag can pass max_lag for a while."
 )
 """What the lag shown means, printed once above the progress bar."""
+UNIFORM_STEPS = 5
+"""Steps in a row with nothing trained (every group's rewards equal) before the line says so."""
 
 
 def rl_steps(steps: Sequence[TrainStepRecord]) -> list[TrainStepRecord]:
@@ -70,12 +82,22 @@ def status_line(
     # The first step of the window ended when the window began: its episodes came before.
     episodes = sum(float(step.metrics.get("episodes", 0.0)) for step in recent[1:])
     rate = episodes / window if window > 0 else 0.0
+    uniform = 0  # the latest steps in a row that trained no segment
+    for step in reversed(rl):
+        if step.metrics.get("segments", 1.0) != 0.0:
+            break
+        uniform += 1
     return (
         f"reward {last.get('reward', 0):.3f}  loss {last.get('loss', 0):+.4f}  "
         f"lag {last.get('lag_mean', 0):.2f}"
         + (f" (max_lag {max_lag})" if max_lag is not None else "")
         + f"  {rate:.0f} episodes/s"
         + (f"  {failed} failed" if failed else "")
+        + (
+            f"  nothing trained for {uniform} steps: every group scored alike"
+            if uniform >= UNIFORM_STEPS
+            else ""
+        )
     )
 
 

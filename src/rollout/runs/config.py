@@ -187,6 +187,14 @@ class RunConfig(BaseModel):
     learning_rate: float = Field(1e-3, gt=0)
     grad_clip: float | None = Field(None, gt=0)
     """Clip the gradient norm to this (None: no clipping)."""
+    adam_beta1: float = Field(0.9, ge=0, lt=1)
+    """Adam's decay of its running mean of the gradients."""
+    adam_beta2: float = Field(0.999, ge=0, lt=1)
+    """Adam's decay of its running mean of the squared gradients. Lower (0.95, 0.99) forgets a
+    weight's quiet history sooner: a weight whose gradients were tiny for many steps is not moved
+    by up to 1/sqrt(1 - beta2) learning rates when a larger gradient comes."""
+    adam_eps: float = Field(1e-8, gt=0)
+    """Adam's epsilon (added to the root of the squared-gradient mean)."""
     gradient_checkpointing: bool = False
     """The torch trainer recomputes each layer's activations in the backward pass instead of
     keeping them (less memory for long sequences, about a third more compute)."""

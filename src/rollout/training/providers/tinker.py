@@ -15,7 +15,7 @@
   needs one call, and so does the clipped objective (mode `clip`): Tinker's `ppo` loss with
   `clip_low_threshold` 1 - clip_low and `clip_high_threshold` 1 + clip_high, the torch
   provider's objective.
-- `optim_step()`: `optim_step(AdamParams(learning_rate=lr))`.
+- `optim_step()`: `optim_step(AdamParams(learning_rate=lr, beta1, beta2, eps))`.
 - `save(dir)`: `save_state` (weights + optimizer) and `save_weights_for_sampler` (what the
   sampler loads); the folder holds only those Tinker paths (`tinker_checkpoint.json`) and the
   readable `trainer_state.json`. The bridge turns it into the `tinker` conversion.
@@ -148,12 +148,22 @@ class TinkerProvider:
         rank: LoRA rank.
         lr: Adam learning rate.
         seed: Initialisation seed of the adapter.
+        betas: Adam's beta1 and beta2.
+        eps: Adam's epsilon.
     """
 
     kind: CheckpointKind = "lora"
 
     def __init__(
-        self, service: Any, *, base_model: str, rank: int, lr: float, seed: int = 0
+        self,
+        service: Any,
+        *,
+        base_model: str,
+        rank: int,
+        lr: float,
+        seed: int = 0,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
     ) -> None:
         if rank <= 0:
             raise TrainingError(f"rank must be positive, got {rank!r}")
@@ -163,6 +173,8 @@ class TinkerProvider:
         self.base_model = base_model
         self.rank = rank
         self.lr = lr
+        self.betas = betas
+        self.eps = eps
         self.client = _result(
             service.create_lora_training_client(base_model=base_model, rank=rank, seed=seed)
         )
@@ -179,6 +191,8 @@ class TinkerProvider:
             rank=config.lora_rank,
             lr=config.learning_rate,
             seed=config.seed,
+            betas=(config.adam_beta1, config.adam_beta2),
+            eps=config.adam_eps,
         )
 
     @property
@@ -234,7 +248,9 @@ class TinkerProvider:
 
         skipped = self._pending == 0
         if not skipped:
-            _result(self.client.optim_step(types.AdamParams(learning_rate=self.lr)))
+            beta1, beta2 = self.betas
+            params = types.AdamParams(learning_rate=self.lr, beta1=beta1, beta2=beta2, eps=self.eps)
+            _result(self.client.optim_step(params))
         self._pending = 0
         self._step += 1
         return {"lr": self.lr, "step": float(self._step), "optim/skipped": float(skipped)}
