@@ -1,7 +1,7 @@
 """Learning under sampling lag: the tool-call gridworld, in one process and through `rollout train`.
 
 `gridworld.environment:environment`: two agents share a 3x3 grid, each walks to its own goal
-(1-2 steps away) in at most 3 moves, reading a view such as `mate -1,0. goal 2 right 1 down.`
+(1-2 steps away) in at most 3 moves, reading a view such as `mate -1,0. goal 2:right 1:down.`
 under the chat template's tools block (~430 tokens of prompt with the tiny model's tokenizer).
 Its rewards, per move on the move's turn: 0.7 x the share of the start distance the move won
 (0 for a move that wins no new ground, -0.35 of a step's share for a reply that is no move), and
@@ -153,6 +153,40 @@ class Seat:
         return sum(self.rewards(team).values())
 
 
+def _pretrain(provider: Any, folder: Path, args: argparse.Namespace, rng: random.Random) -> None:
+    """Next-token prediction on the Python standard library's source (text every machine has),
+    `args.pretrain` steps of 32 windows of 256 tokens: a base model instead of a random one."""
+    import sysconfig
+
+    from transformers import AutoTokenizer
+
+    from rollout.training.loss import LossConfig
+    from rollout.training.providers.base import TrainBatch
+    from rollout.training.segments import Segment
+
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    files = sorted(Path(sysconfig.get_paths()["stdlib"]).glob("*.py"))
+    text = "\n".join(f.read_text(errors="replace") for f in files[:150])
+    ids = tokenizer(text)["input_ids"]
+    provider.lr = args.pretrain_lr
+    began = time.monotonic()
+    for step in range(args.pretrain):
+        segments = []
+        for _ in range(32):
+            start = rng.randrange(len(ids) - 256)
+            window = tuple(ids[start : start + 256])
+            segments.append(
+                Segment(window, (False,) + (True,) * 255, (0.0,) * 256, (-1,) * 256)
+            )
+        result = provider.forward_backward(TrainBatch(tuple(segments), LossConfig("supervised")))
+        provider.optim_step()
+        if step % 50 == 0 or step == args.pretrain - 1:
+            print(f"pretrain {step} loss {result.metrics.get('loss', 0):.3f} "
+                  f"{time.monotonic() - began:.0f} s", flush=True)  # fmt: skip
+    provider.reset_optimizer()
+    provider.lr = args.warmup_lr
+
+
 def in_process(args: argparse.Namespace, seed: int) -> dict[str, Any]:
     """Train the tool-call gridworld in one process (see the module docstring)."""
     import torch
@@ -186,7 +220,7 @@ def in_process(args: argparse.Namespace, seed: int) -> dict[str, Any]:
     clip = args.grad_clip or None
     provider = TorchProvider(
         folder, lora_rank=None, lr=args.warmup_lr, weight_decay=0.0, grad_clip=clip,
-        device="cpu", seed=seed, compute_entropy=True,
+        betas=(0.9, args.beta2), device="cpu", seed=seed, compute_entropy=True,
     )  # fmt: skip
     env = compact if args.variant == "compact" else environment
     assert env.warmup is not None
@@ -195,6 +229,16 @@ def in_process(args: argparse.Namespace, seed: int) -> dict[str, Any]:
         from gridworld.environment import _format_example
 
         warmup = functools.partial(_format_example, tools=False, short=False)
+
+    if args.pretrain:
+        _pretrain(provider, folder, args, rng)
+    if args.oracle_warmup:  # diagnosis: teach the task itself (the view's last word) instead
+        plain = warmup
+
+        def warmup(r: random.Random) -> tuple[list[Any], str]:
+            messages, _ = plain(r)
+            last = messages[-1].text.rstrip(".").split()[-1].split(":")[-1]
+            return messages, last
 
     for _ in range(args.warmup):
         examples = [warmup(rng) for _ in range(args.warmup_batch)]
@@ -436,6 +480,13 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--grad-clip", type=float, default=1.0, help="0: none (the presets')")
     parser.add_argument("--entropy", type=float, default=0.0)
+    parser.add_argument("--beta2", type=float, default=0.999, help="Adam's beta2")
+    parser.add_argument("--pretrain", type=int, default=0, help="steps of LM on stdlib text")
+    parser.add_argument("--pretrain-lr", type=float, default=3e-3)
+    parser.add_argument(
+        "--oracle-warmup", action="store_true",
+        help="diagnosis: the warm-up answers with the view's last word (the task, supervised)",
+    )  # fmt: skip
     parser.add_argument("--warmup", type=int, default=30)
     parser.add_argument("--warmup-lr", type=float, default=3e-3)
     parser.add_argument("--warmup-batch", type=int, default=32)

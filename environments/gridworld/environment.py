@@ -4,7 +4,7 @@ The grid lives in a sandbox (`server.py`, one small process per instance), so th
 episode can be played by different runners, in different processes, and still see each other:
 a teammate blocks the cell it stands on, and `say` messages show up in the others' next view.
 
-Each turn an agent reads a short text view (`mate +1,0. goal 2 right 1 down.`: its teammate's
+Each turn an agent reads a short text view (`mate +1,0. goal 2:right 1:down.`: its teammate's
 offset, and the directions toward its goal) and calls the `move` tool (up, down, left or right);
 a reply that is only a direction word is the same move (the short form a tiny model learns
 first). It ends when it reaches its goal or after `max_moves` moves, then waits for its
@@ -96,15 +96,18 @@ class GridPool(ProcessPool):
 
 
 def describe(view: Mapping[str, Any], *, short: bool = False) -> str:
-    """The text an agent reads, e.g. `mate -1,0. goal 2 right 1 down.`
+    """The text an agent reads, e.g. `mate -1,0. goal 2:right 1:down.`
 
     Only the goal is given in direction words (the words to answer with), and last: its last
-    word is always a move that brings the agent closer, right before the reply. A teammate's
-    offset is given as signed numbers (x to the right, y up), so it cannot be taken for a move.
-    `short` writes each direction as its letter (the reply's short form).
+    word is always a move that brings the agent closer, right before the reply. Each word
+    follows a colon, not a space, so that a byte-level BPE tokenizer writes it as the same token
+    as the reply `down` (after a space it would be ` down`, another token: a tiny model would
+    have to learn the mapping instead of copying the word). A teammate's offset is given as
+    signed numbers (x to the right, y up), so it cannot be taken for a move. `short` writes each
+    direction as its letter (the reply's short form).
 
     >>> describe({"goal": [2, -1], "mates": [[1, -1, 0]], "heard": [], "at_goal": False})
-    'mate -1,0. goal 2 right 1 down.'
+    'mate -1,0. goal 2:right 1:down.'
     >>> describe({"goal": [2, -1], "mates": [], "heard": [], "at_goal": False}, short=True)
     'goal 2r 1d.'
     >>> describe({"goal": [0, 0], "mates": [], "heard": ["agent 1: hi"], "at_goal": True})
@@ -129,7 +132,7 @@ def _offset(dx: int, dy: int, *, short: bool = False) -> str:
         words.append((abs(dy), "up" if dy > 0 else "down"))
     if short:
         return " ".join(f"{n}{word[0]}" for n, word in words) or "here"
-    return " ".join(f"{n} {word}" for n, word in words) or "here"
+    return " ".join(f"{n}:{word}" for n, word in words) or "here"
 
 
 def distance(view: Mapping[str, Any]) -> int:

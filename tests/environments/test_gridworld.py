@@ -60,7 +60,7 @@ def test_a_teammate_blocks_its_cell() -> None:
 
 def test_view_names_goal_directions_only_and_last() -> None:
     text = describe({"goal": [-1, 2], "mates": [[1, 1, -1]], "heard": [], "at_goal": False})
-    assert text == "mate +1,-1. goal 1 left 2 up."
+    assert text == "mate +1,-1. goal 1:left 2:up."
     # The teammate's offset uses no direction word: the only words to answer with are the goal's,
     # and the last one is always a move toward it.
     assert [w for w in DIRECTIONS if w in text.split("goal")[0]] == []
@@ -105,7 +105,7 @@ def test_compact_views_write_directions_as_letters() -> None:
 
 def _toward_goal(messages: Sequence[Message]) -> str:
     """The view's last word (a direction toward the goal, or its letter in the short form)."""
-    last = messages[-1].text.rstrip(".").split()[-1].lstrip("0123456789")
+    last = messages[-1].text.rstrip(".").split()[-1].lstrip("0123456789:")
     assert last in DIRECTIONS or last in SHORT, messages[-1].text
     return last
 
