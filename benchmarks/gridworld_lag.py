@@ -175,9 +175,7 @@ def _pretrain(provider: Any, folder: Path, args: argparse.Namespace, rng: random
         for _ in range(32):
             start = rng.randrange(len(ids) - 256)
             window = tuple(ids[start : start + 256])
-            segments.append(
-                Segment(window, (False,) + (True,) * 255, (0.0,) * 256, (-1,) * 256)
-            )
+            segments.append(Segment(window, (False,) + (True,) * 255, (0.0,) * 256, (-1,) * 256))
         result = provider.forward_backward(TrainBatch(tuple(segments), LossConfig("supervised")))
         provider.optim_step()
         if step % 50 == 0 or step == args.pretrain - 1:
