@@ -153,6 +153,12 @@ class Seat:
         return sum(self.rewards(team).values())
 
 
+def _oracle_example(example: Any, rng: random.Random) -> tuple[list[Any], str]:
+    """`example`'s warm-up prompt answered with its view's last word (a move toward the goal)."""
+    messages, _ = example(rng)
+    return messages, messages[-1].text.rstrip(".").split()[-1].split(":")[-1]
+
+
 def _pretrain(provider: Any, folder: Path, args: argparse.Namespace, rng: random.Random) -> None:
     """Next-token prediction on the Python standard library's source (text every machine has),
     `args.pretrain` steps of 32 windows of 256 tokens: a base model instead of a random one."""
@@ -231,12 +237,7 @@ def in_process(args: argparse.Namespace, seed: int) -> dict[str, Any]:
     if args.pretrain:
         _pretrain(provider, folder, args, rng)
     if args.oracle_warmup:  # diagnosis: teach the task itself (the view's last word) instead
-        plain = warmup
-
-        def warmup(r: random.Random) -> tuple[list[Any], str]:
-            messages, _ = plain(r)
-            last = messages[-1].text.rstrip(".").split()[-1].split(":")[-1]
-            return messages, last
+        warmup = functools.partial(_oracle_example, warmup)
 
     for _ in range(args.warmup):
         examples = [warmup(rng) for _ in range(args.warmup_batch)]
