@@ -239,11 +239,13 @@ def in_process(args: argparse.Namespace, seed: int) -> dict[str, Any]:
     if args.oracle_warmup:  # diagnosis: teach the task itself (the view's last word) instead
         warmup = functools.partial(_oracle_example, warmup)
 
-    for _ in range(args.warmup):
+    for step in range(args.warmup):
         examples = [warmup(rng) for _ in range(args.warmup_batch)]
         batch = TrainBatch(tuple(warmup_segments(renderer, examples)), LossConfig("supervised"))
-        provider.forward_backward(batch)
+        warm_loss = provider.forward_backward(batch).metrics.get("loss", 0.0)
         provider.optim_step()
+        if not args.quiet and (step % 10 == 0 or step == args.warmup - 1):
+            print(f"seed {seed} warm-up {step} loss {warm_loss:.4f}", flush=True)
     provider.reset_optimizer()
     provider.lr = args.lr
     importance = ImportanceConfig(
