@@ -190,9 +190,9 @@ class RunConfig(BaseModel):
     adam_beta1: float = Field(0.9, ge=0, lt=1)
     """Adam's decay of its running mean of the gradients."""
     adam_beta2: float = Field(0.999, ge=0, lt=1)
-    """Adam's decay of its running mean of the squared gradients. Lower (0.95, 0.99) forgets a
-    weight's quiet history sooner: a weight whose gradients were tiny for many steps is not moved
-    by up to 1/sqrt(1 - beta2) learning rates when a larger gradient comes."""
+    """Adam's decay of its running mean of the squared gradients (lower forgets sooner). On the
+    tiny CPU models 0.95 was measured worse than 0.999 (benchmarks/README.md, "Learning under
+    lag")."""
     adam_eps: float = Field(1e-8, gt=0)
     """Adam's epsilon (added to the root of the squared-gradient mean)."""
     gradient_checkpointing: bool = False
