@@ -4,8 +4,9 @@ that seat ends or its claim expires, while other seats' keys keep working."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
-from rollout.ledger import EpisodeSpec, Ledger
+from rollout.ledger import EpisodeSpec, KeyInfo, Ledger
 
 
 async def test_seat_keys_are_random_scoped_and_die_with_their_seat(ledger: Ledger) -> None:
@@ -36,3 +37,33 @@ async def test_seat_keys_are_random_scoped_and_die_with_their_seat(ledger: Ledge
     assert await ledger.resolve_key(expiring.api_key) is None
     still = await ledger.resolve_key(other.api_key)
     assert still is not None and still.episode_id == other.episode_id
+
+
+async def test_keys_checked_at_once_are_read_in_one_statement_and_each_gets_its_seat(
+    ledger: Ledger,
+) -> None:
+    run = await ledger.create_run("keys-batch", "arithmetic.environment:environment", {})
+    await ledger.add_episodes(run.run_id, [EpisodeSpec(0, m, {}, seed=m) for m in range(6)])
+    claims = [await ledger.claim_seat(f"runner-{m}", run_id=run.run_id) for m in range(6)]
+    assert all(claim is not None for claim in claims)
+    live = [claim for claim in claims if claim is not None]
+    await ledger.end_seat(live[0], reward=0.0)  # its key stops resolving
+    batches: list[int] = []
+    read = ledger._read_keys
+
+    async def counted(keys: Sequence[str]) -> list[KeyInfo | None]:
+        batches.append(len(keys))
+        return await read(keys)
+
+    ledger._key_reader._write = counted
+    asked = [claim.api_key for claim in live] + ["rk-nobody", live[3].api_key]
+    infos = await asyncio.gather(*(ledger.resolve_key(key) for key in asked))
+
+    seats = [(claim.episode_id, claim.agent, claim.attempt) for claim in live]
+    expected = [None, *seats[1:], None, seats[3]]  # the ended seat's key, ..., an unknown key
+    got = [None if i is None else (i.episode_id, i.agent, i.attempt) for i in infos]
+    assert got == expected
+    assert all(i is None or i.lag is not None for i in infos)  # the lag view came with each
+    # The first key's statement started alone; the seven asked meanwhile waited for it and
+    # went together.
+    assert batches == [1, 7]

@@ -17,7 +17,7 @@ from typing import Any, LiteralString
 
 from psycopg.rows import class_row, dict_row
 
-from rollout.ledger.connection import Conn, LedgerConnection, Pool, fetch_all, fetch_one
+from rollout.ledger.connection import Conn, LedgerConnection, Pool, fetch_all
 from rollout.ledger.errors import InvalidInput, LedgerError, NotFound, StaleFence
 from rollout.ledger.inputs import finite, jsonb, known_run, metrics_jsonb, without_nul
 from rollout.ledger.records import (
@@ -29,7 +29,7 @@ from rollout.ledger.records import (
     SeatClaim,
 )
 from rollout.ledger.serving import lag_columns
-from rollout.ledger.turn_writer import BatchWriter, Outcome
+from rollout.ledger.turn_writer import Batcher, BatchWriter, Outcome
 
 # A batch of episodes in one statement (one round trip, one firing of the `episodes` wake-up
 # trigger), in the order given.
@@ -99,16 +99,17 @@ SEAT_FOR_UPDATE: LiteralString = SEAT + " FOR UPDATE"
 # A key of the seat's current attempt works while the seat is open and its claim unexpired; a
 # superseded attempt's key still resolves, so its writes fail with StaleFence (a 409). The lag
 # view of the key's run's default policy ('main', rollout.contracts.DEFAULT_POLICY) comes with
-# it: the gateway admits a turn of that policy on it without another round trip.
-KEY: LiteralString = (
+# it: the gateway admits a turn of that policy on it without another round trip. A batch of keys
+# in one statement; one answer row per key found, by its position (`ord`, from 1).
+KEYS: LiteralString = (
     """
-SELECT c.run_id, c.episode_id, c.agent, c.attempt, """
+SELECT k.ord, c.run_id, c.episode_id, c.agent, c.attempt, """
     + lag_columns("c.run_id", "'main'")
     + """
-FROM seat_claims c
+FROM unnest(%(api_keys)s::text[]) WITH ORDINALITY AS k(api_key, ord)
+JOIN seat_claims c ON c.api_key = k.api_key
 JOIN seats s ON s.episode_id = c.episode_id AND s.agent = c.agent
-WHERE c.api_key = %(api_key)s
-  AND (s.attempt <> c.attempt OR (NOT s.done AND (s.expires_at IS NULL OR s.expires_at > now())))
+WHERE s.attempt <> c.attempt OR (NOT s.done AND (s.expires_at IS NULL OR s.expires_at > now()))
 """
 )
 # Ends of a batch of seats in one statement (one commit): each fenced by its attempt (the seat
@@ -211,9 +212,13 @@ class SeatsMixin(LedgerConnection):
         # One batch in flight: ends that arrive while it is written go together in the next one
         # (with 64 seats in flight, ends came two at a time with four batches in flight).
         self._end_writer = BatchWriter[dict[str, Any]](self._write_ends, max_in_flight=1)
+        # Keys checked while a batch is read go together in the next one (one statement for the
+        # requests of many seats instead of one each).
+        self._key_reader = Batcher[str, KeyInfo | None](self._read_keys, max_in_flight=1)
 
     async def close(self) -> None:
         await self._end_writer.close()  # the ends being written first, then the pool
+        await self._key_reader.close()
         await super().close()
 
     async def add_episodes(self, run_id: str, episodes: Sequence[EpisodeSpec]) -> list[str]:
@@ -320,15 +325,27 @@ class SeatsMixin(LedgerConnection):
         key's run's default policy, read in the same statement.
 
         The key of a superseded attempt still resolves (to its own attempt); its writes are
-        refused with StaleFence.
+        refused with StaleFence. Keys asked for while a batch is read are read together, in one
+        statement.
         """
+        return await self._key_reader.submit(api_key)
+
+    async def _read_keys(self, api_keys: Sequence[str]) -> list[KeyInfo | None]:
         read_at = time.time()
         async with self._pool.connection() as conn:
-            row = await fetch_one(conn, dict_row, KEY, {"api_key": api_key})
-        if row is None:
-            return None
-        lag = LagView(row["newest"], row["serving"], row["max_lag"], read_at)
-        return KeyInfo(row["run_id"], row["episode_id"], row["agent"], row["attempt"], lag=lag)
+            rows = await fetch_all(conn, dict_row, KEYS, {"api_keys": list(api_keys)})
+        found = {row["ord"]: row for row in rows}  # ord counts from 1
+        infos: list[KeyInfo | None] = []
+        for n in range(1, len(api_keys) + 1):
+            row = found.get(n)
+            if row is None:
+                infos.append(None)
+                continue
+            lag = LagView(row["newest"], row["serving"], row["max_lag"], read_at)
+            infos.append(
+                KeyInfo(row["run_id"], row["episode_id"], row["agent"], row["attempt"], lag=lag)
+            )
+        return infos
 
     async def end_seat(
         self,

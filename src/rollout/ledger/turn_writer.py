@@ -1,5 +1,5 @@
-"""`BatchWriter`: batches concurrent single writes (turns, seat ends) into one statement per
-batch (`TurnWriter` for turns).
+"""`Batcher`: batches concurrent single calls into one statement per batch: writes (`BatchWriter`:
+turns, seat ends; `TurnWriter` for turns) and reads (the gateway's key checks).
 
 A call joins the pending batch; when fewer than `max_in_flight` batches are being written, the
 pending batch is written at once, and calls that arrive meanwhile form the next batch.
@@ -21,32 +21,33 @@ Outcome = bool | Exception
 """A write's answer: True (new), False (recorded before), or why it was not recorded."""
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 
-class BatchWriter(Generic[T]):
-    """Batches concurrent single writes (see the module docstring)."""
+class Batcher(Generic[T, R]):
+    """Batches concurrent single calls (see the module docstring): `write` takes a batch of
+    items and answers each, in order, with its result or the exception it raised."""
 
     def __init__(
         self,
-        write: Callable[[Sequence[T]], Awaitable[list[Outcome]]],
+        write: Callable[[Sequence[T]], Awaitable[Sequence[R | Exception]]],
         *,
         max_in_flight: int = 4,
     ) -> None:
         self._write = write
-        self._pending: list[tuple[T, asyncio.Future[Outcome]]] = []
+        self._pending: list[tuple[T, asyncio.Future[R]]] = []
         self._max_in_flight = max_in_flight
         # Each batch being written, by the task writing it (its waiters are failed if the task
         # ends without answering them: cancelled, even before it started).
-        self._tasks: dict[asyncio.Task[None], list[tuple[T, asyncio.Future[Outcome]]]] = {}
+        self._tasks: dict[asyncio.Task[None], list[tuple[T, asyncio.Future[R]]]] = {}
 
-    async def record(self, item: T) -> bool:
-        future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
+    async def submit(self, item: T) -> R:
+        """`item`'s answer, from the batch it joined; raises the exception it got."""
+        future: asyncio.Future[R] = asyncio.get_running_loop().create_future()
         self._pending.append((item, future))
         self._maybe_flush()
         # The batch is written by its own task: a cancelled caller leaves it alone.
-        outcome = await future
-        assert isinstance(outcome, bool)
-        return outcome
+        return await future
 
     def _maybe_flush(self) -> None:
         while self._pending and len(self._tasks) < self._max_in_flight:
@@ -63,11 +64,9 @@ class BatchWriter(Generic[T]):
                 future.set_exception(LedgerError(f"not recorded: {error}"))
         self._maybe_flush()
 
-    async def _flush(self, batch: list[tuple[T, asyncio.Future[Outcome]]]) -> None:
+    async def _flush(self, batch: list[tuple[T, asyncio.Future[R]]]) -> None:
         try:
-            outcomes: list[Outcome | BaseException] = list(
-                await self._write([item for item, _ in batch])
-            )
+            outcomes: list[R | BaseException] = list(await self._write([item for item, _ in batch]))
         except Exception as error:
             if len(batch) == 1 or is_disconnect(error):  # a lost connection fails them all
                 outcomes = [error] * len(batch)
@@ -93,6 +92,13 @@ class BatchWriter(Generic[T]):
             self._maybe_flush()
             await asyncio.wait(list(self._tasks))
             await asyncio.sleep(0)  # let the finished tasks' done callbacks run
+
+
+class BatchWriter(Batcher[T, bool]):
+    """Batches concurrent single writes; each answers True (new) or False (recorded before)."""
+
+    async def record(self, item: T) -> bool:
+        return await self.submit(item)
 
 
 TurnWriter = BatchWriter[Turn]
