@@ -334,18 +334,17 @@ class SeatsMixin(LedgerConnection):
         read_at = time.time()
         async with self._pool.connection() as conn:
             rows = await fetch_all(conn, dict_row, KEYS, {"api_keys": list(api_keys)})
-        found = {row["ord"]: row for row in rows}  # ord counts from 1
-        infos: list[KeyInfo | None] = []
-        for n in range(1, len(api_keys) + 1):
-            row = found.get(n)
-            if row is None:
-                infos.append(None)
-                continue
-            lag = LagView(row["newest"], row["serving"], row["max_lag"], read_at)
-            infos.append(
-                KeyInfo(row["run_id"], row["episode_id"], row["agent"], row["attempt"], lag=lag)
+        found = {
+            row["ord"]: KeyInfo(
+                row["run_id"],
+                row["episode_id"],
+                row["agent"],
+                row["attempt"],
+                lag=LagView(row["newest"], row["serving"], row["max_lag"], read_at),
             )
-        return infos
+            for row in rows
+        }
+        return [found.get(n) for n in range(1, len(api_keys) + 1)]  # ord counts from 1
 
     async def end_seat(
         self,
