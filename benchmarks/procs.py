@@ -16,7 +16,12 @@ TICK = os.sysconf("SC_CLK_TCK")
 class Proc:
     argv: list[str]
     parent: int
-    cpu_s: float  # user + system CPU seconds so far
+    user_s: float  # CPU seconds so far in user mode
+    system_s: float  # and in the kernel on the process's behalf (system calls, page faults)
+
+    @property
+    def cpu_s(self) -> float:
+        return self.user_s + self.system_s
 
 
 def processes() -> dict[int, Proc]:
@@ -30,8 +35,20 @@ def processes() -> dict[int, Proc]:
             fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
         except (OSError, IndexError):
             continue
-        found[int(entry)] = Proc(argv, int(fields[1]), (int(fields[11]) + int(fields[12])) / TICK)
+        user, system = int(fields[11]) / TICK, int(fields[12]) / TICK
+        found[int(entry)] = Proc(argv, int(fields[1]), user, system)
     return found
+
+
+MACHINE_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+
+
+def machine_cpu() -> dict[str, float]:
+    """The whole machine's CPU seconds so far by kind (`/proc/stat`'s first line, all cores):
+    softirq is the kernel's deferred work (loopback TCP's packet processing is most of it here),
+    which no process's own time includes."""
+    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    return {name: int(value) / TICK for name, value in zip(MACHINE_FIELDS, fields, strict=False)}
 
 
 def role_of(proc: Proc) -> str | None:

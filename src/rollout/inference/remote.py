@@ -1,6 +1,10 @@
 """An inference backend that calls an inference server over HTTP (`rollout inference`).
 
 The gateway uses it to reach the run's inference server: tokens in, tokens and logprobs out.
+Samples asked for in the same pass of the event loop go together in one `POST /sample/batch`
+(the gateway admits the turns of a batch of key checks at once), and each caller is answered
+when its own completion's line arrives: one HTTP exchange for many turns, none waiting for the
+others. Streamed samples (`sample_stream`) each have a request of their own.
 """
 
 from __future__ import annotations
@@ -94,35 +98,12 @@ class RemoteBackend:
         self.retry_wait = retry_wait
         self._version = 0
         self._http = JsonHttpClient(timeout=600.0, connect_timeout=5.0)
+        self._pending: list[tuple[dict[str, Any], asyncio.Future[Completion]]] = []
+        self._batches: set[asyncio.Task[None]] = set()
 
     @property
     def version(self) -> int:
         return self._version
-
-    async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        last: Exception | None = None
-        for _ in range(self.retries):
-            try:
-                response = await self._http.request(
-                    "POST",
-                    f"{self.base_url}{path}",
-                    data=json.dumps(body),
-                    headers=self._headers,
-                )
-            except TransportError as error:  # server restarting: wait and retry
-                last = error
-                await asyncio.sleep(self.retry_wait)
-                continue
-            if response.status >= 500:
-                last = InferenceUnavailable(f"{self.base_url}{path}: {response.status}")
-                await asyncio.sleep(self.retry_wait)
-                continue
-            if response.status != 200:
-                raise InferenceUnavailable(
-                    f"{self.base_url}{path} answered {response.status}: {response.text[:300]}"
-                )
-            return json.loads(response.body)
-        raise InferenceUnavailable(f"inference server {self.base_url} unavailable: {last}")
 
     def _body(self, prompt_tokens: list[int], params: SamplingParams) -> dict[str, Any]:
         body: dict[str, Any] = {"prompt_tokens": list(prompt_tokens), "params": params.model_dump()}
@@ -131,10 +112,77 @@ class RemoteBackend:
         return body
 
     async def sample(self, prompt_tokens: list[int], params: SamplingParams) -> Completion:
-        data = await self._post("/sample", self._body(prompt_tokens, params))
-        completion = completion_from_json(data)
+        """One completion, sampled in the batch of the samples asked for in this loop pass."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Completion] = loop.create_future()
+        if not self._pending:
+            loop.call_soon(self._send_pending)
+        self._pending.append((self._body(prompt_tokens, params), future))
+        completion = await future
         self._version = max(self._version, completion.version)
         return completion
+
+    def _send_pending(self) -> None:
+        batch, self._pending = self._pending, []
+        task = asyncio.create_task(self._send(batch))
+        self._batches.add(task)
+        task.add_done_callback(self._batches.discard)
+
+    async def _send(self, batch: list[tuple[dict[str, Any], asyncio.Future[Completion]]]) -> None:
+        """Sample `batch` in one request, answering each future as its line arrives; what is
+        unanswered when the server fails (restarting: no answer, or 5xx) is sent again."""
+        url = f"{self.base_url}/sample/batch"
+        last: Exception | None = None
+        left = [item for item in batch if not item[1].done()]
+        try:
+            for _ in range(self.retries):
+                if not left:
+                    return
+                body = json.dumps({"requests": [item_body for item_body, _ in left]})
+                again: list[tuple[dict[str, Any], asyncio.Future[Completion]]] = []
+                answered: set[int] = set()
+                try:
+                    async for response in self._http.lines(url, data=body, headers=self._headers):
+                        if response.status >= 500:
+                            last = InferenceUnavailable(f"{url}: {response.status}")
+                            break
+                        if response.status != 200:
+                            raise InferenceUnavailable(
+                                f"{url} answered {response.status}: {response.text[:300]}"
+                            )
+                        line = json.loads(response.body)
+                        index = int(line["index"])
+                        answered.add(index)
+                        future = left[index][1]
+                        if "completion" in line:
+                            if not future.done():
+                                future.set_result(completion_from_json(line["completion"]))
+                        elif int(line.get("status", 500)) >= 500:
+                            last = InferenceUnavailable(f"{url}: {line['error']}")
+                            again.append(left[index])
+                        elif not future.done():
+                            future.set_exception(
+                                InferenceUnavailable(
+                                    f"{self.base_url}/sample answered {line['status']}: "
+                                    f"{str(line['error'])[:300]}"
+                                )
+                            )
+                except TransportError as error:  # server restarting: wait and send the rest
+                    last = error
+                again += [item for n, item in enumerate(left) if n not in answered]
+                left = [item for item in again if not item[1].done()]
+                if left:
+                    await asyncio.sleep(self.retry_wait)
+            error = InferenceUnavailable(f"inference server {self.base_url} unavailable: {last}")
+        except Exception as failure:  # every waiter hears of it
+            error = failure
+        except BaseException:  # cancelled (shutting down): so are its waiters
+            for _, future in left:
+                future.cancel()
+            raise
+        for _, future in left:
+            if not future.done():
+                future.set_exception(error)
 
     async def sample_stream(
         self, prompt_tokens: list[int], params: SamplingParams
@@ -187,4 +235,7 @@ class RemoteBackend:
         return data
 
     async def close(self) -> None:
+        for task in list(self._batches):
+            task.cancel()
+        await asyncio.gather(*self._batches, return_exceptions=True)
         await self._http.close()

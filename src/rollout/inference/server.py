@@ -2,7 +2,10 @@
 serving records.
 
 It answers `POST /sample` (prompt tokens + SamplingParams -> Completion), `POST /sample/stream`
-(the same, as JSON lines of `SampleChunk`s while the tokens are chosen) and `GET /health`.
+(the same, as JSON lines of `SampleChunk`s while the tokens are chosen), `POST /sample/batch`
+(many prompts in one request, each completion a JSON line as soon as it is sampled: the gateway
+sends the prompts of the turns it admits together this way, one HTTP exchange for all of them)
+and `GET /health`.
 A follower task watches the run's serving record; when it names a new version, the server
 fetches that checkpoint's converted files from the blob store, loads them between batches (no
 restart), and acknowledges in the ledger what it serves now. Every completion reports the version
@@ -121,6 +124,44 @@ def create_inference_app(
                 yield (json.dumps({"error": f"{type(error).__name__}: {error}"}) + "\n").encode()
 
         return StreamingResponse(lines(), media_type="application/x-ndjson")
+
+    @app.post("/sample/batch")
+    async def sample_batch(request: Request) -> StreamingResponse:
+        try:
+            items = json.loads(await request.body())["requests"]
+            if not isinstance(items, list):
+                raise TypeError("requests is not a list")
+        except (ValueError, TypeError, KeyError) as error:
+            raise HTTPException(422, detail=f"requests: {error}") from error
+        return StreamingResponse(_batch_lines(items), media_type="application/x-ndjson")
+
+    async def _one(index: int, item: Any) -> bytes:
+        """The line of one request of a batch: its completion, or its error with a status."""
+        try:
+            request = SampleRequest.model_validate(item)
+            params = SamplingParams.model_validate(request.params)
+            if not request.prompt_tokens:
+                raise HTTPException(422, detail="prompt_tokens is empty")
+            completion = await backend_of(request).sample(request.prompt_tokens, params)
+            done = dataclasses.replace(completion, policy=request.policy)
+            line: dict[str, Any] = {"index": index, "completion": completion_to_json(done)}
+        except ValidationError as error:
+            line = {"index": index, "status": 422, "error": str(error)}
+        except HTTPException as error:
+            line = {"index": index, "status": error.status_code, "error": str(error.detail)}
+        except Exception as error:  # this request failed; the others of the batch go on
+            log.exception("sample %s of a batch failed", index)
+            line = {"index": index, "status": 500, "error": f"{type(error).__name__}: {error}"}
+        return (json.dumps(line) + "\n").encode()
+
+    async def _batch_lines(items: list[Any]) -> AsyncIterator[bytes]:
+        tasks = [asyncio.ensure_future(_one(i, item)) for i, item in enumerate(items)]
+        try:
+            for next_done in asyncio.as_completed(tasks):
+                yield await next_done
+        finally:  # the client went away: stop sampling for it
+            for task in tasks:
+                task.cancel()
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
