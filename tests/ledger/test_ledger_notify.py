@@ -30,9 +30,35 @@ async def test_a_write_in_another_process_wakes_a_waiter(
 
 
 async def test_wait_times_out_without_a_notification(ledger: Ledger) -> None:
+    # The first wait on a channel LISTENs on it and counts as news (a write just before the
+    # LISTEN was heard by nobody); from then on, no notification means a timeout.
+    assert await ledger.wait("checkpoints", timeout=5.0)
     began = time.monotonic()
     assert not await ledger.wait("checkpoints", timeout=0.2)
     assert time.monotonic() - began >= 0.19
+
+
+async def test_only_the_channels_waited_on_are_listened_to(
+    ledger: Ledger, make_ledger: MakeLedger, run: RunRecord
+) -> None:
+    # Every notification of a LISTENed channel costs the server a signal and the listener a
+    # wake-up: a follower of `serving` does not hear the seat ends of every step.
+    follower = await make_ledger()
+    assert await follower.wait("serving", timeout=5.0)  # the first wait: news
+    await ledger.add_episodes(run.run_id, [EpisodeSpec(0, 0, {}, 1)])
+    claim = await ledger.claim_seat("r")
+    assert claim is not None
+    await ledger.end_seat(claim, reward=1.0)  # notifies `ends` and `groups`
+    await asyncio.sleep(0.5)
+    heard = follower._listener._generation  # pyright: ignore[reportPrivateUsage]
+    assert {channel for channel, _ in heard} <= {"serving"}, heard
+    # A channel waited on later is listened to from then on.
+    assert await follower.wait("episodes", timeout=5.0)
+    assert not await follower.wait("episodes", timeout=0.1)
+    waiter = asyncio.create_task(follower.wait("episodes", timeout=10.0, run_id=run.run_id))
+    await asyncio.sleep(0.05)
+    await ledger.add_episodes(run.run_id, [EpisodeSpec(1, 0, {}, 1)])
+    assert await waiter
 
 
 async def test_a_notification_between_waits_is_not_lost(ledger: Ledger, run: RunRecord) -> None:

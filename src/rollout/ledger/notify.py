@@ -2,7 +2,12 @@
 
 Writes NOTIFY a channel per fact table (by trigger, payload = run id), except the writes made
 for every turn and every claim: a NOTIFY holds Postgres's database-wide notification lock through
-its commit, so notifying commits queue behind each other (migration 0009). `Listener.wait` returns
+its commit, so notifying commits queue behind each other (migration 0009). The connection LISTENs
+only on the channels this process waits on (the first `wait` on a channel adds it, and counts
+as news, since a write just before it went unheard), or on those `listen` names: every
+notification of a LISTENed channel costs Postgres a signal to the listener and the listener a
+wake-up, so a role that never waits on seat ends (the inference server, the gateway) should not
+hear the dozens each step brings. `Listener.wait` returns
 True when a notification arrived since this ledger's previous wait on the same key, so a
 notification that lands while a follower is busy querying is not lost; otherwise it waits up to
 `timeout` and returns False, which is the polling fallback. When the connection drops, waits time
@@ -44,6 +49,10 @@ CHANNELS: tuple[str, ...] = (
 
 _Key = tuple[str, str | None]
 
+REFRESH_SECONDS = 0.2
+"""How often the listening connection looks for channels asked for since it last listened (a
+first `wait` on a channel waits that long at most for its LISTEN)."""
+
 
 def _first_line(error: BaseException) -> str:
     """psycopg's messages run over several lines; a log line keeps the first."""
@@ -64,19 +73,37 @@ class Listener:
         self._events: dict[_Key, asyncio.Event] = {}
         self._connected_once = False
         self._down = False
+        self._wanted: set[str] = set()
+        """The channels to LISTEN on (waited on, or named by `listen`)."""
+        self._listening: set[str] = set()
+        """Those LISTENed on the current connection."""
+        self._listened = asyncio.Condition()
 
     def start(self) -> None:
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name="rollout-ledger-listener")
 
-    async def ready(self, timeout: float) -> bool:  # noqa: ASYNC109
-        """Start listening (if not yet) and wait until LISTEN is in place."""
+    async def ready(
+        self,
+        timeout: float,  # noqa: ASYNC109
+        channels: Sequence[str] = (),
+    ) -> bool:
+        """Start listening (if not yet) and wait until LISTEN is in place on `channels` (and on
+        every channel asked for before)."""
+        self._wanted.update(channels)
         self.start()
-        if self._ready.is_set():
+        if self._ready.is_set() and self._wanted <= self._listening:
             return True
+
+        async def listening() -> None:
+            async with self._listened:
+                await self._listened.wait_for(
+                    lambda: self._ready.is_set() and self._wanted <= self._listening
+                )
+
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._ready.wait(), timeout)
-        return self._ready.is_set()
+            await asyncio.wait_for(listening(), timeout)
+        return self._ready.is_set() and self._wanted <= self._listening
 
     async def close(self) -> None:
         if self._task is not None:
@@ -97,16 +124,21 @@ class Listener:
                 await asyncio.sleep(self._reconnect_delay)
                 continue
             self._down = False
+            self._listening = set()
             try:
-                for channel in CHANNELS:
-                    await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
                 if self._connected_once:
                     self._wake_all()  # notifications may have been missed while disconnected
                 self._connected_once = True
-                self._ready.set()
-                async for note in conn.notifies():
-                    self._bump((note.channel, None))
-                    self._bump((note.channel, note.payload))
+                while True:
+                    for channel in sorted(self._wanted - self._listening):
+                        await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+                        self._listening.add(channel)
+                    self._ready.set()
+                    async with self._listened:
+                        self._listened.notify_all()
+                    async for note in conn.notifies(timeout=REFRESH_SECONDS):
+                        self._bump((note.channel, None))
+                        self._bump((note.channel, note.payload))
             except asyncio.CancelledError:
                 raise
             except Exception as error:
@@ -115,6 +147,7 @@ class Listener:
                 )
             finally:
                 self._ready.clear()
+                self._listening = set()
                 with contextlib.suppress(Exception):
                     await conn.close()
             await asyncio.sleep(self._reconnect_delay)
@@ -149,11 +182,13 @@ class Listener:
         deadline = loop.time() + timeout
         keys: list[_Key] = [(channel, run_id) for channel in channels]
         reconnecting = self._connected_once and not self._ready.is_set()
-        if not await self.ready(timeout):
+        new = [channel for channel in channels if channel not in self._wanted]
+        if not await self.ready(timeout, channels):
             return False
-        if reconnecting:
-            # Anything may have been written while it was down, with no NOTIFY heard; a key
-            # nobody waited on before the drop is not among those `_wake_all` bumps.
+        if reconnecting or new:
+            # Anything may have been written while it was down (or, on a first wait on a
+            # channel, just before its LISTEN), with no NOTIFY heard; a key nobody waited on
+            # before the drop is not among those `_wake_all` bumps.
             self._take(keys)
             return True
         if self._take(keys):
@@ -185,10 +220,17 @@ class WakeupsMixin(LedgerConnection):
         await self._listener.close()
         await super().close()
 
-    async def listen(self, timeout: float = 10.0) -> bool:  # noqa: ASYNC109
-        """Start the listening connection now, so notifications from here on are not missed
-        by the first `wait`. True once it listens."""
-        return await self._listener.ready(timeout)
+    async def listen(
+        self,
+        timeout: float = 10.0,  # noqa: ASYNC109
+        channels: Sequence[str] = CHANNELS,
+    ) -> bool:
+        """LISTEN on `channels` (default every channel) now, so that notifications from here on
+        are not missed by the first `wait` on one of them. True once it listens."""
+        for name in channels:
+            if name not in CHANNELS:
+                raise InvalidInput(f"channel must be one of {CHANNELS}, got {name!r}")
+        return await self._listener.ready(timeout, channels)
 
     async def wait(
         self,
