@@ -188,6 +188,25 @@ async def test_episode_counts(ledger: Ledger, run: RunRecord) -> None:
     assert counts == {"total": 3, "pending": 1, "running": 1, "ended": 1, "failed": 1}
 
 
+async def test_episode_counts_of_episodes_with_several_seats(
+    ledger: Ledger, run: RunRecord
+) -> None:
+    # An episode ends when its last seat does; one failed seat makes the ended episode failed,
+    # and an episode with one seat claimed and one not is running, not pending.
+    rid = run.run_id
+    await ledger.add_episodes(rid, [EpisodeSpec(0, m, {}, m, agents=2) for m in range(3)])
+    first = await ledger.claim_seat("r", run_id=rid)  # episode 0, agent 0
+    assert first is not None
+    await ledger.end_seat(first, reward=0.0, status="failed", error="boom")
+    counts = await ledger.episode_counts(rid)
+    assert counts == {"total": 3, "pending": 2, "running": 1, "ended": 0, "failed": 0}
+    second = await ledger.claim_seat("r", run_id=rid)  # episode 0, agent 1
+    assert second is not None and second.episode_id == first.episode_id
+    await ledger.end_seat(second, reward=1.0)
+    counts = await ledger.episode_counts(rid)
+    assert counts == {"total": 3, "pending": 2, "running": 0, "ended": 1, "failed": 1}
+
+
 async def test_the_trainer_lists_exactly_the_groups_a_step_may_consume(
     ledger: Ledger, run: RunRecord
 ) -> None:

@@ -55,21 +55,25 @@ SELECT episode_id FROM episodes
 WHERE run_id = %(run_id)s AND (%(kind)s::text IS NULL OR kind = %(kind)s)
 ORDER BY seq DESC LIMIT %(limit)s
 """
-# Per episode: claimed seats, every seat ended, any seat failed; then counted by state.
+# Episodes by state: pending (no seat ever claimed), running (claimed, a seat still open),
+# ended (every seat ended), failed (ended, and a seat of it failed). Read from the run's open
+# seats (the `seats_open` index: what is in flight), an index count of its episodes and its
+# failed ends (`seat_ends_failed`, migration 0019), so it does not grow with the run: every
+# episode has a seat, a closed seat was claimed, and an episode with no open seat has ended.
 EPISODE_COUNTS: LiteralString = """
-SELECT count(*) AS total,
-       count(*) FILTER (WHERE claimed = 0) AS pending,
-       count(*) FILTER (WHERE claimed > 0 AND NOT ended) AS running,
-       count(*) FILTER (WHERE ended) AS ended,
-       count(*) FILTER (WHERE ended AND failed) AS failed
-FROM (
-    SELECT s.episode_id,
-           count(*) FILTER (WHERE s.attempt > 0) AS claimed,
-           bool_and(s.done) AS ended,
-           EXISTS (SELECT 1 FROM seat_ends x WHERE x.episode_id = s.episode_id
-                   AND x.status = 'failed') AS failed
-    FROM seats s WHERE s.run_id = %(run_id)s GROUP BY s.episode_id
-) e
+WITH open AS (
+    SELECT s.episode_id, count(*) FILTER (WHERE s.attempt = 0) AS unclaimed
+    FROM seats s WHERE NOT s.done AND s.run_id = %(run_id)s GROUP BY s.episode_id
+), open_state AS (
+    SELECT count(*) AS open, count(*) FILTER (WHERE o.unclaimed = e.agents) AS pending
+    FROM open o JOIN episodes e ON e.episode_id = o.episode_id
+)
+SELECT t.total, o.pending, o.open - o.pending AS running, t.total - o.open AS ended, f.failed
+FROM (SELECT count(*) AS total FROM episodes WHERE run_id = %(run_id)s) t,
+     open_state o,
+     (SELECT count(DISTINCT x.episode_id) AS failed FROM seat_ends x
+      WHERE x.run_id = %(run_id)s AND x.status = 'failed'
+        AND NOT EXISTS (SELECT 1 FROM open WHERE open.episode_id = x.episode_id)) f
 """
 
 

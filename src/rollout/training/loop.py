@@ -79,6 +79,10 @@ LEASE_SECONDS = 30.0
 RENEW_SECONDS = 2.0
 """The lease is renewed when its last renewal is older than this (one UPDATE): a trainer
 revived after a pause renews before its next step and stands down at once if it was taken over."""
+SETTINGS_SECONDS = 1.0
+"""Between steps, the run's settings (max_lag: how many steps of groups to queue) are read again
+after this long; a step reads them at once. The trainer wakes at every seat end of a step (a
+dozen times), and each wake-up read them before."""
 
 
 def checkpoint_uri(
@@ -154,6 +158,10 @@ class Trainer:
         self.backend = "local"
         """The run's inference backend (read from the run when `run` starts)."""
         self._lease_renewed = 0.0
+        self._served: dict[str, int] = {}
+        """Each policy's version known to be served (its serving record needs no read)."""
+        self._queued_at: tuple[int, float] | None = None
+        """The version groups were last queued for, and when (`SETTINGS_SECONDS`)."""
         self.evals: list[EvalSchedule] = []
         """The run's eval schedule (read from the run when `run` starts)."""
         self.policy_names: tuple[str, ...] = (DEFAULT_POLICY,)
@@ -239,7 +247,8 @@ class Trainer:
                 break
             lease = await self._renew()
             for policy in policies:
-                await self._publish_serving(lease, policy=policy.name)
+                if self._served.get(policy.name) != policy.version:
+                    await self._publish_serving(lease, policy=policy.name)
             slowest = min(p.version for p in policies)  # groups are queued for every policy
             await self._queue_groups(environment, config, group_size, slowest)
             stepped = False
@@ -463,7 +472,14 @@ class Trainer:
         """Keep `queue_steps` (default max_lag + 1) steps of groups queued beyond those trained.
 
         With max_lag 0 that is exactly the next step's groups: nothing overlaps (synchronous).
+        Between steps (the same `version`) the settings are read again after `SETTINGS_SECONDS`.
         """
+        now = time.monotonic()
+        if self._queued_at is not None:
+            queued_version, queued_time = self._queued_at
+            if queued_version == version and now - queued_time < SETTINGS_SECONDS:
+                return
+        self._queued_at = (version, now)
         settings = await self.ledger.run_settings(self.run_id, config)
         max_lag = settings.max_lag
         ahead = max_lag + 1 if max_lag == 0 or config.queue_steps is None else config.queue_steps
@@ -495,6 +511,7 @@ class Trainer:
             return False
         current = await self.ledger.serving(self.run_id, policy=policy)
         if current is not None and current.version >= latest.version:
+            self._served[policy] = latest.version
             return True
         conversions = await self.ledger.conversions(self.run_id, latest.version, policy=policy)
         if self.backend not in conversions:
@@ -513,6 +530,7 @@ class Trainer:
                 policy=policy,
             ),
         )
+        self._served[policy] = latest.version
         return True
 
     def _missing_blobs(self, uris: Any) -> list[str]:
