@@ -1,6 +1,6 @@
 """The gateway: OpenAI- and Anthropic-compatible model endpoints that record every turn.
 
-- `create_app(ledger, renderer, backend, model_name=...)`: the ASGI app (FastAPI) serving
+- `create_app(ledger, renderer, backend, model_name=...)`: the ASGI app (Starlette) serving
   `/v1/chat/completions`, `/v1/responses`, `/v1/messages` (+ `/count_tokens`) and `/v1/models`.
 - `GatewayServer`: runs an app with uvicorn in the current event loop on 127.0.0.1 and a free
   port (`.base_url` ends in `/v1`).
