@@ -163,6 +163,25 @@ async def test_heartbeat_keeps_a_claim(ledger: Ledger, run: RunRecord) -> None:
     assert await ledger.claim_seat("thief") is None
 
 
+async def test_heartbeats_keep_a_batch_of_claims_and_name_the_ones_taken_over(
+    ledger: Ledger, run: RunRecord
+) -> None:
+    await ledger.add_episodes(run.run_id, [EpisodeSpec(0, m, {}, m) for m in range(4)])
+    claims = [await ledger.claim_seat("r", lease_seconds=0.3) for _ in range(4)]
+    kept, lost, ended, late = [c for c in claims if c is not None]
+    await asyncio.sleep(0.5)  # every claim expired
+    taker = await ledger.claim_seat("thief")  # takes the first expired seat over: `kept`'s
+    assert taker is not None and taker.episode_id == kept.episode_id
+    await ledger.end_seat(ended, reward=1.0)
+    # One statement for all four: the taken-over claim is named; the ended seat is left alone;
+    # the expired ones not taken over are revived.
+    assert await ledger.heartbeats([kept, lost, ended, late], lease_seconds=5) == [kept]
+    assert await ledger.claim_seat("thief") is None  # `lost` and `late` hold again
+    assert await ledger.heartbeats([], lease_seconds=5) == []
+    with pytest.raises(InvalidInput, match="lease_seconds"):
+        await ledger.heartbeats([lost], lease_seconds=0)
+
+
 async def test_the_same_turn_twice_is_stored_once(ledger: Ledger, run: RunRecord) -> None:
     await ledger.add_episodes(run.run_id, [EpisodeSpec(0, 0, {}, 1)])
     claim = await ledger.claim_seat("r")

@@ -12,7 +12,8 @@ import asyncio
 import contextlib
 import json
 import shutil
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -218,13 +219,16 @@ def test_episodes_show_prints_the_refusal(
 
 
 class SwallowingLedger(Ledger):
-    """A ledger whose seat heartbeat, cancelled mid-call, returns as if it had succeeded: what
-    psycopg_pool's connection check (under Python 3.11's `wait_for`) does to a cancel that lands
-    at the wrong moment."""
+    """A ledger whose seat heartbeats, cancelled mid-call, return as if they had succeeded:
+    what psycopg_pool's connection check (under Python 3.11's `wait_for`) does to a cancel that
+    lands at the wrong moment."""
 
-    async def heartbeat(self, claim: SeatClaim, lease_seconds: float = 60.0) -> None:
+    async def heartbeats(
+        self, claims: Sequence[SeatClaim], lease_seconds: float = 60.0
+    ) -> list[SeatClaim]:
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.sleep(3600)  # the library call in progress when the cancel lands
+        return []
 
 
 @pytest.mark.timeout(60)
@@ -241,7 +245,9 @@ async def test_a_seat_ends_even_when_its_heartbeats_cancel_is_swallowed(
             assert claim is not None
             result = await asyncio.wait_for(runner.play(claim), timeout=10.0)
         finally:
-            await runner.close()
+            began = time.monotonic()
+            await runner.close()  # the beat stops: the swallowed cancel is noticed at once
+            assert time.monotonic() - began < 2.0
         assert result is not None and result.reward == 1.0
         (end,) = (await ledger.episode(claim.episode_id)).ends
         assert end.status == "completed"

@@ -5,8 +5,8 @@ SQL named once at the top of the module:
 
 - runs.py: runs and settings (`create_run`, `get_run`, `list_runs`, `set_setting`,
   `settings`, `pause_run`/`resume_run`);
-- seats.py: episodes and seats (`add_episodes`, `claim_seat`/`claim_seats`, `heartbeat`,
-  `resolve_key`, `end_seat`);
+- seats.py: episodes and seats (`add_episodes`, `claim_seat`/`claim_seats`,
+  `heartbeat`/`heartbeats`, `resolve_key`, `end_seat`);
 - episodes.py: episode reads (`episode`, `list_episodes`, `episode_counts`);
 - turns.py: turns, fenced per seat attempt and batched (`record_turn`, `record_turns`,
   `seat_turns`, `last_turn`, `turns_for_run`);

@@ -91,6 +91,21 @@ UPDATE seats SET expires_at = now() + make_interval(secs => %(lease)s)
 WHERE episode_id = %(episode_id)s AND agent = %(agent)s AND attempt = %(attempt)s AND NOT done
 RETURNING true AS extended
 """
+# The claims of a batch (one holder's seats in play), extended in one statement; the rows
+# answered are the claims still current (a superseded attempt, or an ended seat, is not).
+HEARTBEATS: LiteralString = """
+UPDATE seats s SET expires_at = now() + make_interval(secs => %(lease)s)
+FROM unnest(%(episode_ids)s::text[], %(agents)s::int4[], %(attempts)s::int4[])
+     AS v(episode_id, agent, attempt)
+WHERE s.episode_id = v.episode_id AND s.agent = v.agent AND s.attempt = v.attempt AND NOT s.done
+RETURNING s.episode_id, s.agent
+"""
+# The current attempt of each of a batch of seats.
+SEAT_ATTEMPTS: LiteralString = """
+SELECT s.episode_id, s.agent, s.attempt
+FROM unnest(%(episode_ids)s::text[], %(agents)s::int4[]) AS v(episode_id, agent)
+JOIN seats s ON s.episode_id = v.episode_id AND s.agent = v.agent
+"""
 SEAT: LiteralString = (
     "SELECT run_id, kind, attempt, done FROM seats"
     " WHERE episode_id = %(episode_id)s AND agent = %(agent)s"
@@ -318,6 +333,40 @@ class SeatsMixin(LedgerConnection):
             raise seat_taken_over(claim.episode_id, claim.agent, claim.attempt, seat["attempt"])
         if not seat["done"]:  # pragma: no cover - the update would have matched
             raise LedgerError(f"seat {claim.agent} of episode {claim.episode_id!r} refused a write")
+
+    async def heartbeats(
+        self, claims: Sequence[SeatClaim], lease_seconds: float = 60.0
+    ) -> list[SeatClaim]:
+        """Extend every claim of `claims` in one statement (see `heartbeat`); the claims that
+        were taken over by another attempt (their holder must stop writing for them). A claim
+        whose seat this attempt already ended is left alone, and is not among them."""
+        if lease_seconds <= 0:
+            raise InvalidInput(f"lease_seconds must be > 0, got {lease_seconds!r}")
+        if not claims:
+            return []
+        keys = {
+            "episode_ids": [c.episode_id for c in claims],
+            "agents": [c.agent for c in claims],
+            "attempts": [c.attempt for c in claims],
+            "lease": float(lease_seconds),
+        }
+        async with self._pool.connection() as conn:
+            extended = {
+                (row["episode_id"], row["agent"])
+                for row in await fetch_all(conn, dict_row, HEARTBEATS, keys)
+            }
+            rest = [c for c in claims if (c.episode_id, c.agent) not in extended]
+            if not rest:
+                return []
+            params = {
+                "episode_ids": [c.episode_id for c in rest],
+                "agents": [c.agent for c in rest],
+            }
+            attempts = {
+                (row["episode_id"], row["agent"]): row["attempt"]
+                for row in await fetch_all(conn, dict_row, SEAT_ATTEMPTS, params)
+            }
+        return [c for c in rest if attempts.get((c.episode_id, c.agent), c.attempt) != c.attempt]
 
     async def resolve_key(self, api_key: str) -> KeyInfo | None:
         """The seat attempt an API key was issued for, or None for an unknown key, or the key

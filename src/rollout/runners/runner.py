@@ -41,7 +41,7 @@ from rollout.ledger import Ledger, SeatClaim, StaleFence
 from rollout.net.client import TransportError
 from rollout.procs import process_label
 from rollout.runners.client import GatewayCallError, GatewayClient, seat_completer, seat_context
-from rollout.runners.heartbeat import seat_heartbeat
+from rollout.runners.heartbeat import SeatHeartbeats
 from rollout.runs.live import RunSettings
 from rollout.sandboxes import SandboxSeats, sandbox_pool
 from rollout.tasks import raise_if_cancelled
@@ -97,6 +97,7 @@ class Runner:
         self._run_environment: dict[str, str] = {}
         self.seats_played = 0
         self.sandboxes = SandboxSeats(ledger, self.runner_id, lease_seconds=lease_seconds)
+        self.heartbeats = SeatHeartbeats(ledger, lease_seconds)
 
     async def settings_for(self, run_id: str) -> RunSettings:
         """The run's settings, re-read at most once a second (they change rarely)."""
@@ -188,7 +189,7 @@ class Runner:
         taken over, or was left to be played again (see the module docstring).
         """
         try:
-            async with seat_heartbeat(self.ledger, claim, self.lease_seconds):
+            async with self.heartbeats.hold(claim):
                 result = await self._play(claim)
         except StaleFence:
             self._log_fenced(claim)
@@ -267,6 +268,7 @@ class Runner:
             return capped(str(error))
 
     async def close(self) -> None:
+        await self.heartbeats.close()
         pools = [sandbox_pool(environment) for environment in self._environments.values()]
         await self.sandboxes.close({pool.name: pool for pool in pools if pool is not None})
         for client in self._clients.values():

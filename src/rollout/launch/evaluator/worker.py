@@ -54,7 +54,7 @@ from rollout.ledger.evals import EvalJob
 from rollout.net.client import TransportError
 from rollout.procs import process_label
 from rollout.runners.client import GatewayClient, seat_completer, seat_context
-from rollout.runners.heartbeat import seat_heartbeat
+from rollout.runners.heartbeat import SeatHeartbeats
 from rollout.runs import live
 from rollout.runs.errors import RunError
 from rollout.runs.policies import PolicyMap
@@ -140,6 +140,7 @@ class Evaluator:
         self.idle_wait = idle_wait
         cache = cache_dir or Path(tempfile.mkdtemp(prefix="rollout-evaluator-"))
         self.server = CheckpointServer(ledger, blobs, cache)
+        self.heartbeats = SeatHeartbeats(ledger, lease_seconds)
         self.seats_played = 0
         self._suites: dict[tuple[str, str], ResolvedSuite] = {}
         self._environments: dict[tuple[str, str, int], Environment] = {}
@@ -147,6 +148,7 @@ class Evaluator:
         self._broken: set[tuple[str, str]] = set()
 
     async def close(self) -> None:
+        await self.heartbeats.close()
         await self.server.close()
 
     async def run(self, stop: asyncio.Event, *, until_idle: bool = False) -> None:
@@ -352,7 +354,7 @@ class Evaluator:
     ) -> None:
         """Play one claimed eval seat and end it under its attempt."""
         try:
-            async with seat_heartbeat(self.ledger, claim, self.lease_seconds):
+            async with self.heartbeats.hold(claim):
                 outcome = await self._play(claim, suite, client)
         except StaleFence:
             log.warning("eval seat %s/%s was taken over", claim.episode_id, claim.agent)
