@@ -217,8 +217,18 @@ def in_process(args: argparse.Namespace, seed: int) -> dict[str, Any]:
         tempfile.mkdtemp(prefix="gridworld-model-"),
         **{"arch": "qwen3", "hidden": args.hidden, "layers": args.layers, "heads": 4},
         **{"kv_heads": 2, "vocab_size": args.vocab, "tokenizer": args.tokenizer, "alphabet": None},
+        head_dim=args.head_dim,
         seed=seed,
     )
+    if args.sliding:  # local attention in the given layers (an experiment)
+        config_file = folder / "config.json"
+        config = json.loads(config_file.read_text())
+        local = {int(n) for n in args.sliding_layers.split(",")}
+        config["layer_types"] = [
+            "sliding_attention" if n in local else "full_attention" for n in range(args.layers)
+        ]
+        config.update(sliding_window=args.sliding, use_sliding_window=True)
+        config_file.write_text(json.dumps(config))
     renderer = HFRenderer(folder)
     stop = renderer.stop_token_ids[0]
     clip = args.grad_clip or None
@@ -500,6 +510,9 @@ def main() -> None:
         "--tokenizer", default="chars", choices=["chars", "bytes"], help="bytes: cpu-text's model"
     )
     parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--head-dim", type=int, default=None, help="default hidden / 4")
+    parser.add_argument("--sliding", type=int, default=0, help="local attention window")
+    parser.add_argument("--sliding-layers", default="0", help="the layers with local attention")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--quiet", action="store_true")
     # through the platform

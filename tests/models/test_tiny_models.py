@@ -152,11 +152,20 @@ def test_other_architectures(tmp_path: Path, arch: str) -> None:
         ({"vocab_size": 20}, "vocab_size"),
         ({"vocab_size": 100, "tokenizer": "bytes"}, "vocab_size"),
         ({"tokenizer": "words"}, "tokenizer"),
+        ({"head_dim": 7}, "head_dim"),
     ],
 )
 def test_bad_sizes_name_the_field(tmp_path: Path, kwargs: dict, field: str) -> None:
     with pytest.raises(ModelError, match=field):
         init_model(tmp_path / "bad", **kwargs)
+
+
+def test_heads_may_be_wider_than_hidden_over_heads(tmp_path: Path) -> None:
+    folder = init_model(tmp_path / "wide", hidden=64, heads=2, kv_heads=1, head_dim=64)
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    assert model.config.head_dim == 64
+    assert model.model.layers[0].self_attn.q_proj.weight.shape == (128, 64)  # 2 heads of 64
+    assert model(torch.tensor([[1, 2, 3]])).logits.shape[:2] == (1, 3)
 
 
 def test_vocab_size_is_exact_even_when_the_corpus_runs_out() -> None:

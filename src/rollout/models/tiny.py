@@ -61,6 +61,7 @@ def init_model(
     layers: int = 2,
     heads: int = 4,
     kv_heads: int = 2,
+    head_dim: int | None = None,
     intermediate: int | None = None,
     vocab_size: int = DEFAULT_VOCAB_SIZE,
     tokenizer: TokenizerKind = "auto",
@@ -81,6 +82,7 @@ def init_model(
         layers: Number of decoder layers.
         heads: Attention heads; must be divisible by `kv_heads`.
         kv_heads: Key/value heads (grouped-query attention).
+        head_dim: Width of each attention head (default `hidden / heads`).
         intermediate: MLP size (default `3 * hidden`).
         vocab_size: Exact vocabulary size, added tokens included (the model's embedding has
             exactly `len(tokenizer)` rows).
@@ -105,11 +107,12 @@ def init_model(
             raise ModelError(f"{field} must be positive, got {value}")
     if kv_heads < 1 or heads % kv_heads:
         raise ModelError(f"kv_heads must be a positive divisor of heads={heads}, got {kv_heads}")
-    if hidden % heads:
-        raise ModelError(f"hidden must be divisible by heads={heads}, got {hidden}")
-    head_dim = hidden // heads
-    if head_dim % 2:
-        raise ModelError(f"hidden / heads must be even for rotary embeddings, got {head_dim}")
+    if head_dim is None:
+        if hidden % heads:
+            raise ModelError(f"hidden must be divisible by heads={heads}, got {hidden}")
+        head_dim = hidden // heads
+    if head_dim < 2 or head_dim % 2:
+        raise ModelError(f"head_dim must be even and positive (rotary embeddings), got {head_dim}")
     if intermediate is None:
         intermediate = 3 * hidden
     if intermediate < 1:
@@ -162,6 +165,7 @@ def init_model(
         "layers": layers,
         "heads": heads,
         "kv_heads": kv_heads,
+        "head_dim": head_dim,
         "intermediate": intermediate,
         "vocab_size": len(tok),
         "tokenizer": "bytes" if tok.unk_token is None else "chars",
