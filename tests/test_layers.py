@@ -17,12 +17,13 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1] / "src" / "rollout"
 
 LAYERS: dict[str, int] = {
-    # 1: the shared vocabulary, the error root, the settings, local processes
+    # 1: the shared vocabulary, the error root, the settings, local processes, the collector
     "contracts": 1,
     "errors": 1,
     "settings": 1,
     "tasks": 1,
     "procs": 1,
+    "heap": 1,
     "shipped": 1,
     # 2: a run's configuration and live settings, as typed records
     "runs": 2,

@@ -23,6 +23,7 @@ def _serve_role(role: Any) -> None:
     (`rollout.launch.owner`)."""
     import signal
 
+    from rollout.heap import settle_after_start_up
     from rollout.launch.owner import this_owner
 
     async def go() -> None:
@@ -32,10 +33,12 @@ def _serve_role(role: Any) -> None:
             loop.add_signal_handler(sig, stop.set)
         # Started by `rollout train` or `rollout up`: stop when that owner dies, even by kill -9.
         watcher = asyncio.create_task(this_owner().watch(stop))
+        settling = asyncio.create_task(settle_after_start_up())  # rollout.heap
         try:
             await role(stop)
         finally:
             watcher.cancel()
+            settling.cancel()
 
     _role_logging()
     run_async(go())

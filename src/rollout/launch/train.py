@@ -49,6 +49,7 @@ from rollout.errors import RolloutError
 from rollout.harness import Environment
 from rollout.harness.loading import load_environment
 from rollout.harness.preflight import preflight
+from rollout.heap import settle_after_start_up
 from rollout.launch.evaluator.role import wait_for_evals
 from rollout.launch.local import role_argv
 from rollout.launch.model_folder import resolve_model
@@ -247,6 +248,7 @@ async def _train(
         names = PolicyMap.recorded(config.policies).names
         progress = TrainingProgress(run.run_id, policy=names[0])
         interrupted = False
+        settling = asyncio.create_task(settle_after_start_up())  # rollout.heap
         try:
             with _hangup_stops(asyncio.current_task()):
                 await watch_training(
@@ -266,6 +268,7 @@ async def _train(
                 task.uncancel()
             interrupted = True
         finally:
+            settling.cancel()
             await say_while(console, "stopping the roles", asyncio.to_thread(roles.stop))
         if interrupted:
             # The steps recorded up to the stop, read after it (the last poll may be older).
