@@ -215,7 +215,7 @@ def in_process(args: argparse.Namespace, seed: int) -> dict[str, Any]:
     began = time.monotonic()
     folder = init_model(
         tempfile.mkdtemp(prefix="gridworld-model-"),
-        **{"arch": "qwen3", "hidden": args.hidden, "layers": args.layers, "heads": 4},
+        **{"arch": args.arch, "hidden": args.hidden, "layers": args.layers, "heads": 4},
         **{"kv_heads": 2, "vocab_size": args.vocab, "tokenizer": args.tokenizer, "alphabet": None},
         head_dim=args.head_dim,
         seed=seed,
@@ -510,6 +510,7 @@ def main() -> None:
         "--tokenizer", default="chars", choices=["chars", "bytes"], help="bytes: cpu-text's model"
     )
     parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--arch", default="qwen3", choices=["qwen3", "qwen2", "llama"])
     parser.add_argument("--head-dim", type=int, default=None, help="default hidden / 4")
     parser.add_argument("--sliding", type=int, default=0, help="local attention window")
     parser.add_argument("--sliding-layers", default="0", help="the layers with local attention")
