@@ -64,7 +64,22 @@ WHERE (SELECT value FROM settings WHERE run_id = %(run)s AND key = %(key)s
        ORDER BY id DESC LIMIT 1) IS DISTINCT FROM %(value)s
 RETURNING true AS appended
 """
-RUN_SETTINGS: LiteralString = "SELECT key, value FROM current_settings WHERE run_id = %(run)s"
+# The latest value of each of a run's keys (`current_settings`), found by walking the keys in
+# the index `settings_latest` (run, key, newest first): a probe per key. The view sorts every
+# value the run ever set, and the trainer appends some each step (`groups_queued`,
+# `deleted_checkpoints`): 602 rows and 1.1 ms a read at 300 steps of the parity run, read by
+# every role about once a second.
+RUN_SETTINGS: LiteralString = """
+WITH RECURSIVE k AS (
+    (SELECT key, value FROM settings WHERE run_id = %(run)s
+     ORDER BY run_id, key, id DESC LIMIT 1)
+    UNION ALL
+    SELECT n.key, n.value FROM k CROSS JOIN LATERAL (
+        SELECT s.key, s.value FROM settings s WHERE s.run_id = %(run)s AND s.key > k.key
+        ORDER BY s.run_id, s.key, s.id DESC LIMIT 1) n
+)
+SELECT key, value FROM k
+"""
 # Every table that holds a run's facts, children before the tables their keys reference.
 RUN_TABLES: tuple[LiteralString, ...] = (
     "seat_ends",

@@ -115,16 +115,25 @@ SEAT_FOR_UPDATE: LiteralString = SEAT + " FOR UPDATE"
 # superseded attempt's key still resolves, so its writes fail with StaleFence (a 409). The lag
 # view of the key's run's default policy ('main', rollout.contracts.DEFAULT_POLICY) comes with
 # it: the gateway admits a turn of that policy on it without another round trip. A batch of keys
-# in one statement; one answer row per key found, by its position (`ord`, from 1).
+# in one statement, the lag view read once per run among them (not once per key); one answer row
+# per key found, by its position (`ord`, from 1).
 KEYS: LiteralString = (
     """
-SELECT k.ord, c.run_id, c.episode_id, c.agent, c.attempt, """
-    + lag_columns("c.run_id", "'main'")
+WITH found AS MATERIALIZED (
+    SELECT k.ord, c.run_id, c.episode_id, c.agent, c.attempt
+    FROM unnest(%(api_keys)s::text[]) WITH ORDINALITY AS k(api_key, ord)
+    JOIN seat_claims c ON c.api_key = k.api_key
+    JOIN seats s ON s.episode_id = c.episode_id AND s.agent = c.agent
+    WHERE s.attempt <> c.attempt
+       OR (NOT s.done AND (s.expires_at IS NULL OR s.expires_at > now()))
+), lag AS (
+    SELECT r.run_id, """
+    + lag_columns("r.run_id", "'main'")
     + """
-FROM unnest(%(api_keys)s::text[]) WITH ORDINALITY AS k(api_key, ord)
-JOIN seat_claims c ON c.api_key = k.api_key
-JOIN seats s ON s.episode_id = c.episode_id AND s.agent = c.agent
-WHERE s.attempt <> c.attempt OR (NOT s.done AND (s.expires_at IS NULL OR s.expires_at > now()))
+    FROM (SELECT DISTINCT run_id FROM found) r
+)
+SELECT f.ord, f.run_id, f.episode_id, f.agent, f.attempt, lag.newest, lag.serving, lag.max_lag
+FROM found f JOIN lag ON lag.run_id = f.run_id
 """
 )
 # Ends of a batch of seats in one statement (one commit): each fenced by its attempt (the seat

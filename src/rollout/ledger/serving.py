@@ -64,13 +64,24 @@ SERVING_ACKS: LiteralString = (
 def lag_columns(run: LiteralString, policy: LiteralString) -> LiteralString:
     """The lag view's columns (newest, serving, max_lag) for the run whose id is the SQL
     expression `run` and its policy `policy` (an SQL expression too): one fragment, read by
-    `LAG_VIEW` for a run and policy given as parameters and by `seats.KEY` for the default
-    policy of the run of the key it resolves."""
+    `LAG_VIEW` for a run and policy given as parameters and by `seats.KEYS` for the default
+    policy of the run of the keys it resolves.
+
+    `serving` is the oldest of the versions the policy's servers serve now (each server's newest
+    acknowledgement, as `current_serving_acks`), found by walking the servers in the index
+    `serving_acks_by_policy` (migration 0020): a probe per server, however many versions each
+    acknowledged (the view sorts every acknowledgement of the run)."""
+    acks: LiteralString = "serving_acks a WHERE a.run_id = " + run + " AND a.policy = " + policy
     return (
         "(SELECT max(version) FROM checkpoints"
         " WHERE run_id = " + run + " AND policy = " + policy + ") AS newest,"
-        " (SELECT min(version) FROM current_serving_acks"
-        " WHERE run_id = " + run + " AND policy = " + policy + ") AS serving,"
+        " (WITH RECURSIVE srv(server) AS ("
+        " (SELECT a.server FROM " + acks + " ORDER BY a.server LIMIT 1)"
+        " UNION ALL"
+        " SELECT (SELECT a.server FROM " + acks + " AND a.server > srv.server"
+        " ORDER BY a.server LIMIT 1) FROM srv WHERE srv.server IS NOT NULL)"
+        " SELECT min((SELECT a.version FROM " + acks + " AND a.server = srv.server"
+        " ORDER BY a.id DESC LIMIT 1)) FROM srv WHERE srv.server IS NOT NULL) AS serving,"
         " (SELECT value FROM current_settings WHERE run_id = " + run + " AND key = 'max_lag')"
         " AS max_lag"
     )

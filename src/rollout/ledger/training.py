@@ -37,6 +37,8 @@ from rollout.ledger.records import (
 # Complete train groups no step has consumed, oldest first (see `group_status`), from group
 # `floor` on: every group below it is consumed (`GROUP_FLOOR`), so the scan covers the groups of
 # the last few steps instead of every episode of the run (at 15,360 episodes: 64 ms -> 2 ms).
+# `policy_group_status` probes each episode's seats and consumption by key (migration 0020), so
+# neither a generic plan nor a young run's empty-table statistics can make it scan the run.
 TRAINABLE_GROUPS: LiteralString = """
 SELECT group_index FROM policy_group_status(%(policy)s)
 WHERE run_id = %(run_id)s AND kind = 'train' AND group_index >= %(floor)s AND complete
