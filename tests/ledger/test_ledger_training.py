@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import LiteralString
 
 import pytest
 
@@ -281,3 +282,65 @@ async def test_the_groups_below_the_consumed_floor_are_skipped_and_none_is_lost(
         assert await ledger.complete_groups(rid, 10) == []
     finally:
         await fresh.close()
+
+
+async def test_analyze_run_tables_gives_the_planner_the_tables_real_sizes(
+    ledger: Ledger, run: RunRecord, database_url: str
+) -> None:
+    """A young run's tables look empty to the planner until they are analysed; the trainer
+    analyses them as the run grows (`Ledger.analyze_run_tables`)."""
+    import psycopg
+
+    rid = run.run_id
+    await ledger.add_episodes(
+        rid, [EpisodeSpec(g, m, {}, g * 8 + m, agents=2) for g in range(40) for m in range(8)]
+    )
+
+    def estimated_seats() -> float:
+        with psycopg.connect(database_url) as conn:
+            row = conn.execute("SELECT reltuples FROM pg_class WHERE relname = 'seats'").fetchone()
+        assert row is not None
+        return float(row[0])
+
+    assert estimated_seats() < 640  # never analysed: -1 (unknown)
+    await ledger.analyze_run_tables()
+    assert estimated_seats() == 640
+
+
+async def test_the_trainable_groups_read_probes_by_key_under_a_generic_plan(
+    ledger: Ledger, run: RunRecord, database_url: str
+) -> None:
+    """The trainer's read of trainable groups (`policy_group_status`, migration 0020) probes the
+    consumed groups by their whole key, for the episodes from the floor on, whatever plan
+    Postgres picks: under a generic plan (what a prepared statement may get) and stale
+    statistics it neither scans `consumed_groups` nor joins it on (run, policy) alone."""
+    import psycopg
+    from psycopg import sql
+
+    from rollout.ledger.training import TRAINABLE_GROUPS
+
+    rid = run.run_id
+    await ledger.add_episodes(rid, [EpisodeSpec(g, 0, {}, g) for g in range(60)])
+    await _play(ledger, rid)
+    lease = await ledger.acquire_lease(trainer_lease(rid), "t")
+    assert await ledger.record_train_step(
+        lease, rid, 1, list(range(50)), {"loss": 0.5}, checkpoint(rid, 1, 0)
+    )
+    query: LiteralString = (
+        TRAINABLE_GROUPS.replace("%(policy)s", "$1")
+        .replace("%(run_id)s", "$2")
+        .replace("%(floor)s", "$3")
+        .replace("%(limit)s", "$4")
+    )
+    execute = sql.SQL("EXECUTE trainable('main', {}, 45, 16)").format(sql.Literal(rid))
+    with psycopg.connect(database_url) as conn:
+        conn.execute("SET plan_cache_mode = force_generic_plan")
+        prepare = sql.SQL("PREPARE trainable(text, text, int, int) AS {}")
+        conn.execute(prepare.format(sql.SQL(query)))
+        explain = sql.SQL("EXPLAIN (ANALYZE, COSTS OFF) {}").format(execute)
+        plan = "\n".join(row[0] for row in conn.execute(explain))
+        rows = conn.execute(execute).fetchall()
+    assert [g for (g,) in rows] == list(range(50, 60))
+    assert "Seq Scan on consumed_groups" not in plan, plan
+    probe = plan[plan.index("consumed_groups") :].split("\n", 2)[1]
+    assert "group_index = e.group_index" in probe and "Index Cond" in probe, plan

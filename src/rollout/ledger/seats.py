@@ -116,14 +116,18 @@ SEAT_FOR_UPDATE: LiteralString = SEAT + " FOR UPDATE"
 # view of the key's run's default policy ('main', rollout.contracts.DEFAULT_POLICY) comes with
 # it: the gateway admits a turn of that policy on it without another round trip. A batch of keys
 # in one statement, the lag view read once per run among them (not once per key); one answer row
-# per key found, by its position (`ord`, from 1).
+# per key found, by its position (`ord`, from 1). The claim and the seat of each key are probes of
+# their keys in lateral subqueries (a LIMIT keeps them from being flattened into joins), so a
+# young run's statistics cannot turn the join into a scan of every seat (measured mid-run: a hash
+# join over a sequential scan of `seats`, several times a second).
 KEYS: LiteralString = (
     """
 WITH found AS MATERIALIZED (
     SELECT k.ord, c.run_id, c.episode_id, c.agent, c.attempt
     FROM unnest(%(api_keys)s::text[]) WITH ORDINALITY AS k(api_key, ord)
-    JOIN seat_claims c ON c.api_key = k.api_key
-    JOIN seats s ON s.episode_id = c.episode_id AND s.agent = c.agent
+    CROSS JOIN LATERAL (SELECT * FROM seat_claims c WHERE c.api_key = k.api_key LIMIT 1) c
+    CROSS JOIN LATERAL (SELECT * FROM seats s
+                        WHERE s.episode_id = c.episode_id AND s.agent = c.agent LIMIT 1) s
     WHERE s.attempt <> c.attempt
        OR (NOT s.done AND (s.expires_at IS NULL OR s.expires_at > now()))
 ), lag AS (

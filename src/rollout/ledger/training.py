@@ -83,6 +83,13 @@ TRAIN_STEP_GROUPS: LiteralString = (
     "SELECT group_indices FROM train_steps"
     " WHERE run_id = %(run_id)s AND policy = %(policy)s AND step = %(step)s"
 )
+# The tables a run's frequent statements read, analysed as the run grows (`analyze_run_tables`):
+# until autovacuum first analyses a table (a minute or more into a run: its launcher wakes once a
+# minute), the planner takes a young run's tables for nearly empty and may join them by scanning.
+ANALYZE_RUN_TABLES: LiteralString = (
+    "ANALYZE episodes, seats, seat_claims, seat_ends, turns, consumed_groups, settings,"
+    " checkpoints, serving_acks"
+)
 CONSUME_GROUPS: LiteralString = """
 INSERT INTO consumed_groups (run_id, policy, group_index, step)
 SELECT %(run_id)s, %(policy)s, g, %(step)s FROM unnest(%(groups)s::int4[]) g
@@ -192,6 +199,16 @@ async def _group_floor(conn: Conn, run_id: str, policy: str, floor: int) -> int:
 
 class TrainingMixin(LedgerConnection):
     """Complete groups, train steps and checkpoints (see the module docstring)."""
+
+    async def analyze_run_tables(self) -> None:
+        """Refresh the planner's statistics of the tables a run's frequent statements read.
+
+        The trainer calls it as its run grows (`rollout.training.loop`), so that plans follow
+        the tables' real sizes before autovacuum first gets to them. A role whose user does not
+        own the tables gets a warning from Postgres and nothing changes.
+        """
+        async with self._pool.connection() as conn:
+            await conn.execute(ANALYZE_RUN_TABLES)
 
     async def complete_groups(
         self,

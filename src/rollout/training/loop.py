@@ -79,6 +79,11 @@ LEASE_SECONDS = 30.0
 RENEW_SECONDS = 2.0
 """The lease is renewed when its last renewal is older than this (one UPDATE): a trainer
 revived after a pause renews before its next step and stands down at once if it was taken over."""
+ANALYZE_FIRST_GROUPS = 32
+"""The ledger's tables are analysed once this many groups are queued, then each time the queued
+groups grow `ANALYZE_GROWTH`-fold (32, 128, 512, 2,048, ...: four times in a 300-step parity run),
+so the planner's statistics follow a young run's tables (`Ledger.analyze_run_tables`)."""
+ANALYZE_GROWTH = 4
 SETTINGS_SECONDS = 1.0
 """Between steps, the run's settings (max_lag: how many steps of groups to queue) are read again
 after this long; a step reads them at once. The trainer wakes at every seat end of a step (a
@@ -160,6 +165,8 @@ class Trainer:
         self._lease_renewed = 0.0
         self._served: dict[str, int] = {}
         """Each policy's version known to be served (its serving record needs no read)."""
+        self._analyze_at = ANALYZE_FIRST_GROUPS
+        """Queued groups at which the ledger's tables are analysed next."""
         self._queued_at: tuple[int, float] | None = None
         """The version groups were last queued for, and when (`SETTINGS_SECONDS`)."""
         self.evals: list[EvalSchedule] = []
@@ -503,6 +510,9 @@ class Trainer:
                 )
         await self.ledger.add_episodes(self.run_id, specs)
         await self.ledger.set_setting(self.run_id, live.GROUPS_QUEUED, wanted)
+        if wanted >= self._analyze_at:
+            self._analyze_at = wanted * ANALYZE_GROWTH
+            await self.ledger.analyze_run_tables()
 
     async def _publish_serving(self, lease: Lease, *, policy: str = DEFAULT_POLICY) -> bool:
         """Serve `policy`'s newest checkpoint once every backend has a conversion of it."""
