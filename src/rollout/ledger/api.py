@@ -12,7 +12,8 @@ SQL named once at the top of the module:
   `seat_turns`, `last_turn`, `turns_for_run`);
 - leases.py: leases and the fence every lease holder's write checks (`acquire_lease`);
 - training.py: complete groups, train steps, checkpoints (`complete_groups`,
-  `record_train_step`, `record_checkpoint`, `latest_checkpoint`, `checkpoints`, `train_steps`);
+  `record_train_step`, `record_checkpoint`, `latest_checkpoint`, `checkpoints`, `train_steps`),
+  and the planner's statistics of a growing run's tables (`analyze_run_tables`);
 - serving.py: conversions, serving records, acknowledgements and the max_lag view
   (`record_conversion`, `conversions`, `set_serving`, `serving`, `ack_serving`,
   `serving_acks`, `lag_view`);
