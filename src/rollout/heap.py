@@ -10,7 +10,11 @@ profile of a parity run's steps (`perf record -a` over 10 s of `benchmarks/step_
 runner's; with the start-up heap frozen, 8% and 4% (about 2% of the machine's CPU in all).
 
 `settle()` collects once, then moves every object alive into the permanent generation
-(`gc.freeze`): the collector skips them from then on, and still collects what is made later.
+(`gc.freeze`): the collector skips them from then on, and still collects what is made later. At
+exit the frozen objects go back to the collector (`gc.unfreeze`, run by `atexit`), so that the
+interpreter's last collection frees them as it would have: extension modules that count their
+objects at shutdown (nanobind's, in Triton, which PyTorch imports) otherwise print a page of
+"leaked" warnings at the end of every `rollout train`.
 `settle_after_start_up()` does it when start-up is over (a few seconds in, when the imports are
 done, and again later, after a model load and a warm-up); the roles run it beside their work.
 """
@@ -18,6 +22,7 @@ done, and again later, after a model load and a warm-up); the roles run it besid
 from __future__ import annotations
 
 import asyncio
+import atexit
 import gc
 from collections.abc import Sequence
 
@@ -26,10 +31,18 @@ SETTLE_AFTER_S: tuple[float, ...] = (5.0, 30.0)
 
 
 def settle() -> int:
-    """Collect, then freeze what is alive; the number of objects frozen in all."""
+    """Collect, then freeze what is alive; the number of objects frozen in all. The first call
+    makes the interpreter unfreeze them at exit."""
+    global _unfreeze_at_exit
+    if not _unfreeze_at_exit:
+        atexit.register(gc.unfreeze)
+        _unfreeze_at_exit = True
     gc.collect()
     gc.freeze()
     return gc.get_freeze_count()
+
+
+_unfreeze_at_exit = False
 
 
 async def settle_after_start_up(delays: Sequence[float] = SETTLE_AFTER_S) -> None:
