@@ -49,3 +49,10 @@ async def test_acks_keep_the_latest_per_server(ledger: Ledger, run: RunRecord) -
     assert await ledger.ack_serving(rid, "s1", 1)
     assert await ledger.serving_acks(rid) == {"s1": 1, "s2": 0}
     assert list(await ledger.serving_acks(rid)) == ["s1", "s2"]  # by server name
+    # The lag view's `serving`: the oldest of each server's newest acknowledgement.
+    assert (await ledger.lag_view(rid)).serving == 0
+    assert await ledger.ack_serving(rid, "s2", 2)
+    assert (await ledger.lag_view(rid)).serving == 1
+    assert await ledger.ack_serving(rid, "s1", 0)  # a restarted server serves an older one
+    assert (await ledger.lag_view(rid)).serving == 0
+    assert (await ledger.lag_view(rid, policy="other")).serving is None  # none of its servers

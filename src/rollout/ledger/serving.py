@@ -81,7 +81,8 @@ def lag_columns(run: LiteralString, policy: LiteralString) -> LiteralString:
         " SELECT (SELECT a.server FROM " + acks + " AND a.server > srv.server"
         " ORDER BY a.server LIMIT 1) FROM srv WHERE srv.server IS NOT NULL)"
         " SELECT min((SELECT a.version FROM " + acks + " AND a.server = srv.server"
-        " ORDER BY a.id DESC LIMIT 1)) FROM srv WHERE srv.server IS NOT NULL) AS serving,"
+        " ORDER BY a.run_id, a.policy, a.server, a.id DESC LIMIT 1))"
+        " FROM srv WHERE srv.server IS NOT NULL) AS serving,"
         " (SELECT value FROM current_settings WHERE run_id = " + run + " AND key = 'max_lag')"
         " AS max_lag"
     )
