@@ -30,19 +30,15 @@ SETTLE_AFTER_S: tuple[float, ...] = (5.0, 30.0)
 """Seconds after start at which the start-up heap is frozen (imports; model load, warm-up)."""
 
 
+atexit.register(gc.unfreeze)  # a no-op in a process that froze nothing
+
+
 def settle() -> int:
-    """Collect, then freeze what is alive; the number of objects frozen in all. The first call
-    makes the interpreter unfreeze them at exit."""
-    global _unfreeze_at_exit
-    if not _unfreeze_at_exit:
-        atexit.register(gc.unfreeze)
-        _unfreeze_at_exit = True
+    """Collect, then freeze what is alive; the number of objects frozen in all (unfrozen at
+    exit, see the module docstring)."""
     gc.collect()
     gc.freeze()
     return gc.get_freeze_count()
-
-
-_unfreeze_at_exit = False
 
 
 async def settle_after_start_up(delays: Sequence[float] = SETTLE_AFTER_S) -> None:
