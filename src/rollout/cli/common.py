@@ -31,13 +31,8 @@ RunArgument = Annotated[str, typer.Argument(help="Run id or name.")]
 
 
 def run_async(coroutine: Coroutine[Any, Any, T]) -> T:
-    """Run a coroutine to completion in a fresh event loop (uvloop's where it is installed)."""
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(coroutine)
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        return runner.run(coroutine)
+    """Run a coroutine to completion in a fresh event loop."""
+    return asyncio.run(coroutine)
 
 
 def print_json(value: object) -> None:
