@@ -141,7 +141,7 @@ def test_a_tinker_service_factory_that_cannot_be_imported_is_refused_before_the_
 
 def test_the_local_backend_batches_every_episode_the_runners_keep_in_flight() -> None:
     tiny = load_preset("cpu-tiny")
-    assert tiny.local_batch == tiny.runners * tiny.runner_concurrency == 64
+    assert tiny.local_batch == tiny.runners * tiny.runner_concurrency == 128
     wider = tiny.model_copy(update={"runners": 2, "runner_concurrency": 48})
     assert wider.local_batch == 96
     assert tiny.model_copy(update={"inference_batch": 8}).local_batch == 8
