@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import asyncio
 from bisect import bisect_right
+from collections.abc import Sequence
 from itertools import pairwise
 
 from rollout.contracts import Turn
-from rollout.ledger import Ledger
+from rollout.ledger import Ledger, TrainStepRecord
 
 COMMIT_SLACK_S = 0.25
 """A checkpoint's `created_at` is its INSERT, the last statement before its COMMIT: until the
@@ -39,6 +40,31 @@ a platform run's steps to the target are a draw (105-295 for seeds 0-4 in this d
 benchmarks/README.md, and once more than 300; a turn's weights are 0 or 1 step old by timing), so
 a test that ran the preset's budget would fail on the tail of that draw, not on a regression: a
 run that does not learn stays far below 0.9 for 600 steps too."""
+
+
+COLLAPSE_WINDOW = 100
+"""The last steps `collapsed` reads."""
+COLLAPSE_SKIPPED = 0.8
+"""The share of them whose optimizer step was skipped that `collapsed` calls a collapse."""
+
+
+def collapsed(skipped: Sequence[bool]) -> bool:
+    """Whether a run ended in the parity recipe's known collapse, not in a slow climb, from its RL
+    steps' `optim/skipped` flags in order (`skipped_steps`): the policy became nearly
+    deterministic before it found the task, so every episode of a group gives the same answer,
+    every group's advantages are 0 and the trainer skips its optimizer step in at least
+    `COLLAPSE_SKIPPED` of the last `COLLAPSE_WINDOW` steps, from which nothing recovers (seen in CI
+    through vLLM: from step ~150 of 600, reward ~0.5). It is a draw of the run's sampling, not of
+    the serving path, so a learning test that meets it trains once more with another seed and says
+    so."""
+    last = list(skipped)[-COLLAPSE_WINDOW:]
+    return len(last) == COLLAPSE_WINDOW and sum(last) >= COLLAPSE_SKIPPED * len(last)
+
+
+def skipped_steps(steps: Sequence[TrainStepRecord]) -> list[bool]:
+    """Each RL step's `optim/skipped` flag (nothing trained), in step order."""
+    ordered = sorted((s for s in steps if s.step > 0), key=lambda s: s.step)
+    return [s.metrics.get("optim/skipped", 0.0) >= 1.0 for s in ordered]
 
 
 def reward_curve(rewards: list[float], every: int = 20) -> str:
