@@ -111,21 +111,21 @@ def test_cpu_vllm_preset_learns_to_its_target_through_vllm(
     database_url: str, tmp_path: Path
 ) -> None:
     require_vllm()
+
     # The preset as it is, with the learning tests' step budget (`STEP_BUDGET`).
-    summary = train(database_url, tmp_path / "seed0", "--steps", str(STEP_BUDGET), timeout=1400)
-    run_id = str(summary["run_id"])
-    checkpoints, steps, acks, _ = asyncio.run(_ledger_facts(database_url, run_id))
-    rewards = [s.metrics["reward"] for s in sorted(steps, key=lambda s: s.step) if s.step > 0]
-    if summary["seconds_to_target"] is None and collapsed(skipped_steps(steps)):
-        # The recipe's known collapse (`collapsed`), a draw of the run: once more, another seed.
-        print(f"seed 0 collapsed ({reward_curve(rewards)}); training seed 1")
-        summary = train(
-            database_url, tmp_path / "seed1", "--steps", str(STEP_BUDGET), "--set", "seed=1",
-            timeout=1400,
-        )  # fmt: skip
+    def attempt(seed: int) -> tuple[dict[str, object], str, list, list, dict, list[float]]:
+        options = ("--steps", str(STEP_BUDGET), "--set", f"seed={seed}")
+        summary = train(database_url, tmp_path / f"seed{seed}", *options, timeout=1400)
         run_id = str(summary["run_id"])
         checkpoints, steps, acks, _ = asyncio.run(_ledger_facts(database_url, run_id))
         rewards = [s.metrics["reward"] for s in sorted(steps, key=lambda s: s.step) if s.step > 0]
+        return summary, run_id, checkpoints, steps, acks, rewards
+
+    summary, run_id, checkpoints, steps, acks, rewards = attempt(0)
+    if summary["seconds_to_target"] is None and collapsed(skipped_steps(steps)):
+        # The recipe's known collapse (`collapsed`), a draw of the run: once more, another seed.
+        print(f"seed 0 collapsed ({reward_curve(rewards)}); training seed 1")
+        summary, run_id, checkpoints, steps, acks, rewards = attempt(1)
     # The target, not the step limit.
     assert summary["seconds_to_target"] is not None, reward_curve(rewards)
     final = int(summary["steps"])  # type: ignore[arg-type]
