@@ -219,16 +219,9 @@ def in_process(args: argparse.Namespace, seed: int) -> dict[str, Any]:
         **{"kv_heads": 2, "vocab_size": args.vocab, "tokenizer": args.tokenizer, "alphabet": None},
         head_dim=args.head_dim,
         seed=seed,
+        sliding_window=args.sliding or None,
+        sliding_layers=[int(n) for n in args.sliding_layers.split(",")] if args.sliding else None,
     )
-    if args.sliding:  # local attention in the given layers (an experiment)
-        config_file = folder / "config.json"
-        config = json.loads(config_file.read_text())
-        local = {int(n) for n in args.sliding_layers.split(",")}
-        config["layer_types"] = [
-            "sliding_attention" if n in local else "full_attention" for n in range(args.layers)
-        ]
-        config.update(sliding_window=args.sliding, use_sliding_window=True)
-        config_file.write_text(json.dumps(config))
     renderer = HFRenderer(folder)
     stop = renderer.stop_token_ids[0]
     clip = args.grad_clip or None

@@ -241,6 +241,26 @@ def test_model_init_writes_a_hugging_face_folder(
     assert config["hidden_size"] == 32 and config["num_hidden_layers"] == 1
 
 
+def test_model_init_builds_local_attention_layers_and_names_a_bad_layer(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    out_dir = tmp_path / "local"
+    code, _, _ = rollout(
+        capsys, "model", "init", "local", "--out", str(out_dir), "--hidden", "32",
+        "--sliding-window", "16", "--sliding-layers", "0",
+    )  # fmt: skip
+    assert code == 0
+    config = json.loads((out_dir / "config.json").read_text())
+    assert config["layer_types"] == ["sliding_attention", "full_attention"]
+    assert config["sliding_window"] == 16
+    code, _, err = rollout(
+        capsys, "model", "init", "bad", "--out", str(tmp_path / "bad"),
+        "--sliding-window", "16", "--sliding-layers", "0,2",
+    )  # fmt: skip
+    assert code == 2
+    assert "sliding_layers" in err and "[0, 2]" in err and "Traceback" not in err
+
+
 def test_a_bad_environment_variable_is_one_line(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

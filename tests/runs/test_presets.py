@@ -63,6 +63,12 @@ def test_the_promised_presets_exist() -> None:
             {"provider": "tinker", "backend": "tinker", "tinker": {"base_model": "Qwen/Qwen3-8B"}},
             "set lora_rank",
         ),
+        (
+            {"model": {"init": {"sliding_window": 32, "sliding_layers": [0, 2]}}},
+            "sliding_layers has 2, not a layer of 0..1",
+        ),
+        ({"model": {"init": {"sliding_layers": [0]}}}, "needs sliding_window"),
+        ({"model": {"init": {"arch": "llama", "sliding_window": 32}}}, "qwen3 or qwen2"),
     ],
 )
 def test_bad_presets_are_named(data: dict[str, object], message: str) -> None:
@@ -147,3 +153,16 @@ def test_the_local_backend_batches_every_episode_the_runners_keep_in_flight() ->
     assert tiny.model_copy(update={"inference_batch": 8}).local_batch == 8
     with pytest.raises(ValueError, match="inference_batch"):
         RunConfig.model_validate({**tiny.model_dump(), "inference_batch": 0})
+
+
+def test_a_tiny_model_without_local_attention_keeps_the_folder_key_it_had() -> None:
+    """The local attention fields came later: leaving them unset must not rebuild the tiny
+    models users already have (the key is the hash of the fields as they were)."""
+    import hashlib
+
+    from rollout.runs.config import ModelInit
+
+    before = '{"arch":"qwen3","hidden":64,"layers":2,"heads":4,"kv_heads":2,"tokenizer":"chars",'
+    before += '"alphabet":null,"vocab_size":null,"seed":0}'
+    assert ModelInit().key() == hashlib.sha256(before.encode()).hexdigest()[:12]
+    assert ModelInit(sliding_window=32).key() != ModelInit().key()

@@ -56,5 +56,7 @@ def _tiny_model(config: RunConfig) -> Path:
         kv_heads=init.kv_heads,
         tokenizer=init.tokenizer,
         seed=init.seed,
+        sliding_window=init.sliding_window,
+        sliding_layers=init.sliding_layers,
     )
     return path

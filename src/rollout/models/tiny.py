@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 from transformers import (
@@ -70,6 +71,8 @@ def init_model(
     tie_embeddings: bool = True,
     seed: int = 0,
     corpus: Iterable[str] | None = None,
+    sliding_window: int | None = None,
+    sliding_layers: Sequence[int] | None = None,
 ) -> Path:
     """Build a tiny randomly initialised model with a trained tokenizer and chat template.
 
@@ -93,6 +96,9 @@ def init_model(
         tie_embeddings: Share the input embedding and the output head.
         seed: Seed of the weight initialisation (the tokenizer is deterministic).
         corpus: Extra text to train the tokenizer on.
+        sliding_window: Local attention: the layers in `sliding_layers` attend to only this
+            many latest tokens (qwen3 and qwen2; None: every layer sees the whole sequence).
+        sliding_layers: The layers with local attention (default: all of them).
 
     Returns:
         The folder, as a `Path`.
@@ -117,6 +123,7 @@ def init_model(
         intermediate = 3 * hidden
     if intermediate < 1:
         raise ModelError(f"intermediate must be positive, got {intermediate}")
+    local = _local_layers(arch, layers, sliding_window, sliding_layers)
 
     tok = build_tokenizer(
         vocab_size=vocab_size,
@@ -142,6 +149,7 @@ def init_model(
         eos_token_id=eos_id,
         pad_token_id=pad_id,
         dtype="float32",
+        **local,
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -174,6 +182,34 @@ def init_model(
         "tie_embeddings": tie_embeddings,
         "seed": seed,
         "extra_corpus": corpus is not None,
+        "sliding_window": sliding_window,
+        "sliding_layers": local.get("layer_types")
+        and [n for n, kind in enumerate(local["layer_types"]) if kind == "sliding_attention"],
     }
     (out / RECIPE_FILE).write_text(json.dumps(recipe, indent=2) + "\n")
     return out
+
+
+def _local_layers(
+    arch: Arch, layers: int, window: int | None, chosen: Sequence[int] | None
+) -> dict[str, Any]:
+    """The config fields of local attention (`sliding_window` in the `chosen` layers).
+
+    >>> _local_layers("qwen3", 3, 16, [0])["layer_types"]
+    ['sliding_attention', 'full_attention', 'full_attention']
+    >>> _local_layers("qwen3", 2, None, None)
+    {}
+    """
+    if window is None:
+        if chosen is not None:
+            raise ModelError(f"sliding_layers {list(chosen)} needs a sliding_window")
+        return {}
+    if arch == "llama":
+        raise ModelError("sliding_window needs arch qwen3 or qwen2; llama has no local layers")
+    if window < 2:
+        raise ModelError(f"sliding_window must be at least 2, got {window}")
+    local = set(range(layers) if chosen is None else chosen)
+    if not local <= set(range(layers)):
+        raise ModelError(f"sliding_layers must be layers of 0..{layers - 1}, got {sorted(local)}")
+    kinds = ["sliding_attention" if n in local else "full_attention" for n in range(layers)]
+    return {"sliding_window": window, "use_sliding_window": True, "layer_types": kinds}

@@ -49,9 +49,32 @@ class ModelInit(BaseModel):
     """The characters of a `chars` tokenizer (others encode as `<unk>`)."""
     vocab_size: int | None = Field(None, ge=16)
     seed: int = 0
+    sliding_window: int | None = Field(None, ge=2)
+    """Local attention: the layers in `sliding_layers` see only this many latest tokens."""
+    sliding_layers: list[int] | None = None
+    """The layers with local attention (default: every layer, when `sliding_window` is set)."""
+
+    @model_validator(mode="after")
+    def _check_sliding(self) -> ModelInit:
+        if self.sliding_window is None:
+            if self.sliding_layers is not None:
+                raise ValueError(
+                    f"sliding_layers {self.sliding_layers} needs sliding_window (local attention)"
+                )
+            return self
+        if self.arch == "llama":
+            raise ValueError("sliding_window needs arch qwen3 or qwen2 (llama has no local layers)")
+        for layer in self.sliding_layers or ():
+            if not 0 <= layer < self.layers:
+                raise ValueError(f"sliding_layers has {layer}, not a layer of 0..{self.layers - 1}")
+        return self
 
     def key(self) -> str:
-        return hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:12]
+        """The built folder's cache key. Unset local attention fields are left out, so a
+        model described before they existed keeps its key (and its folder)."""
+        later = ("sliding_window", "sliding_layers")
+        unset = {name for name in later if getattr(self, name) is None}
+        return hashlib.sha256(self.model_dump_json(exclude=unset).encode()).hexdigest()[:12]
 
 
 class ModelSource(BaseModel):
