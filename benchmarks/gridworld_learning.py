@@ -3,7 +3,7 @@
 Two agents share a 3x3 grid (a sandbox process per episode, claimed through the ledger). The run
 is `rollout train gridworld.environment:compact --preset cpu-text` with the preset's recipe as
 it is (its byte-level model, format warm-up, 16 groups of 8 episodes per step, lr 2e-3 and one
-step of sampling lag, `max_lag: 1`, corrected by `tis`); only the early stop is off. Each agent
+step of sampling lag, `max_lag: 1`, corrected by `clip`); only the early stop is off. Each agent
 reads a short view (`mate -1,0. goal 1r.`), answers with a direction letter and moves once; its
 reward is 0.7 if the move brought it closer to its goal (-0.35 for a reply that is no move) plus
 0.3 if both agents reached their goals. Chance is about 0.19.
@@ -14,7 +14,8 @@ went toward the goal by sampling checkpoint (the task alone: chance 0.25; the re
 when replies that are no move, common right after the warm-up, die out). `--out` writes the
 per-step curve (a JSON file, and a CSV next to it) for a plot.
 
-Measured (2026-12-02, load 2-7, 374-453 s per seed for 120 steps): moves toward the goal 0.233
+Measured on cpu-text as it was on 2026-12-02 (hidden 64, full attention, `tis`; load 2-7,
+374-453 s per seed for 120 steps; not re-measured since): moves toward the goal 0.233
 -> 0.993, 0.236 -> 0.982 and 0.236 -> 0.913 for seeds 0-2 (first vs last 10 steps). The curve is
 a plateau at chance, then an escape within ~30 steps: the model must learn to attend to the
 goal's letter and copy it. Before 2026-12-02 this benchmark ran cpu-tiny with its own recipe
