@@ -14,11 +14,13 @@ went toward the goal by sampling checkpoint (the task alone: chance 0.25; the re
 when replies that are no move, common right after the warm-up, die out). `--out` writes the
 per-step curve (a JSON file, and a CSV next to it) for a plot.
 
-Measured on cpu-text as it was on 2026-12-02 (hidden 64, full attention, `tis`; load 2-7,
-374-453 s per seed for 120 steps; not re-measured since): moves toward the goal 0.233
--> 0.993, 0.236 -> 0.982 and 0.236 -> 0.913 for seeds 0-2 (first vs last 10 steps). The curve is
-a plateau at chance, then an escape within ~30 steps: the model must learn to attend to the
-goal's letter and copy it. Before 2026-12-02 this benchmark ran cpu-tiny with its own recipe
+Measured (2026-12-05, load 2-5, 587-758 s per seed for 300 steps): moves toward the goal 0.215
+-> 0.999, 0.237 -> 1.000 and 0.251 -> 1.000 for seeds 0-2 (first vs last 10 steps). The curve is
+a plateau at chance, then an escape within ~50 steps: the model must learn to attend to the
+goal's letter and copy it. The plateau's length is a draw (about 150, 75 and 50 checkpoints in
+that run; at 120 steps, the same day, two of three seeds were still at chance). On cpu-text as it
+was on 2026-12-02 (hidden 64, full attention, `tis`) 120 steps took each of three seeds to
+0.91-0.99. Before 2026-12-02 this benchmark ran cpu-tiny with its own recipe
 (8 groups, lr 3e-3 and `max_lag=0`): one step of lag at lr 3e-3 collapsed the policy, which was
 read as "lag stops learning"; at the preset's step size (16 groups, lr 1e-3 to 2e-3) one step
 of lag learns (`benchmarks/gridworld_lag.py --in-process`, benchmarks/README.md).
@@ -38,8 +40,8 @@ platform's episode text is the in-process one token for token (prompt `<|im_star
 +1,+2. goal 1r.<|im_end|>\n<|im_start|>assistant\n`, reply `r` and the stop token). Sampling
 lag and its corrections are measured by `benchmarks/gridworld_lag.py`.
 
-Run: `uv run python benchmarks/gridworld_learning.py --seeds 3 --out /tmp/gridworld.json` (6-8
-minutes per seed of 120 steps at load 2-7; `--preset`, `--seeds`, `--steps`, `--env`, `--set
+Run: `uv run python benchmarks/gridworld_learning.py --seeds 3 --out /tmp/gridworld.json` (10-13
+minutes per seed of 300 steps at load 2-5; `--preset`, `--seeds`, `--steps`, `--env`, `--set
 KEY=VALUE` pass through to `rollout train`); `uv run python benchmarks/gridworld_learning.py
 --in-process --seeds 3` (about a minute per seed).
 """
@@ -249,7 +251,7 @@ def write_curve(path: Path, runs: list[dict[str, Any]], args: argparse.Namespace
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--env", default="gridworld.environment:compact")
-    parser.add_argument("--steps", type=int, default=120)
+    parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--preset", default="cpu-text", help="the preset, with its own recipe")
     parser.add_argument("--groups", type=int, default=8, help="--in-process: groups per step")
     parser.add_argument("--window", type=int, default=10)

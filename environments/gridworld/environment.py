@@ -26,7 +26,7 @@ Two environments share the world:
   directions written as letters (`mate -1,0. goal 1r.`), the reply the tool's shortest form, a
   letter (`u`, `d`, `l`, `r`); goals next to their agents, one move each.
   `benchmarks/gridworld_learning.py` trains it on the cpu-text preset (one step of sampling
-  lag included); it learnt on every seed measured with the preset of 2026-12-02:
+  lag included): on three seeds the moves toward the goal rose from chance to 1.0 in 300 steps:
 
     uv run rollout env check gridworld.environment:environment
     uv run rollout train gridworld.environment:environment --preset cpu-text
