@@ -17,6 +17,11 @@ Writes are atomic, so a reader never sees half a blob:
   and its marker object `<key>/.rollout-complete` (a JSON manifest of the files) last. A folder
   without its marker does not exist as far as `exists` and `get_dir` are concerned.
 
+A local store copies nothing it need not: `put_dir(..., move=True)` renames a folder the
+caller gives away into place, and `get_dir(..., link=True)` hard-links the files of a reader that
+never writes them (both fall back to copies across file systems). A blob is never changed once
+written, so a link is as good as a copy.
+
 A failed write (disk full, an S3 error: s3fs raises them as `OSError`s) leaves nothing at the
 key; `upload_dir` retries it a bounded number of times with backoff and checks what landed
 against the local folder (`folder_sizes`) before it returns, so a caller that records the URI
@@ -46,6 +51,8 @@ from rollout.settings import state_dir as resolve_state_dir
 MARKER = ".rollout-complete"
 UPLOAD_ATTEMPTS = 4
 """Attempts `upload_dir` makes by default (waiting 0.5, 1, 2 s between them)."""
+SCRATCH = ".scratch"
+"""A local store's folder for temporary files (`LocalBlobStore.scratch_dir`)."""
 
 log = logging.getLogger("rollout.blobs")
 
@@ -104,20 +111,41 @@ class BlobStore:
         """Copy a local file to `key` atomically; returns its URI."""
         raise NotImplementedError
 
-    def put_dir(self, local_dir: str | os.PathLike[str], key: str) -> str:
+    def put_dir(self, local_dir: str | os.PathLike[str], key: str, *, move: bool = False) -> str:
         """Copy a local folder (for example a checkpoint) to `key` atomically; returns its URI.
 
-        Writing to a key that exists replaces it.
+        Writing to a key that exists replaces it. `move`: the caller gives the folder away (it
+        would delete it next): a store on the same file system renames it into place instead of
+        copying its files, and the folder is gone afterwards.
         """
         raise NotImplementedError
 
-    def get_dir(self, key: str, local_dir: str | os.PathLike[str]) -> Path:
-        """Copy the folder at `key` into `local_dir` (created; existing files are overwritten)."""
+    def get_dir(self, key: str, local_dir: str | os.PathLike[str], *, link: bool = False) -> Path:
+        """Copy the folder at `key` into `local_dir` (created; existing files are overwritten).
+
+        `link`: the caller only reads the files, never writes them in place: a store on the same
+        file system hard-links them instead of copying (a blob is never changed once written, so
+        a link is as good as a copy; a file replaced by rename leaves the blob as it was).
+        """
         raise NotImplementedError
 
     def get_file(self, key: str, local_path: str | os.PathLike[str]) -> Path:
         """Copy the file at `key` to `local_path`."""
         raise NotImplementedError
+
+    def local_folder(self, key: str) -> Path | None:
+        """The folder at `key` on this machine, to read in place (never to write); None for a
+        store that is not a local folder (copy it with `get_dir`).
+
+        Raises:
+            BlobNotFound: A local store has no folder at `key`.
+        """
+        return None
+
+    def scratch_dir(self) -> Path | None:
+        """A folder for temporary files on the store's own file system, so that a folder made
+        there goes in with `put_dir(..., move=True)` by a rename; None: the system's default."""
+        return None
 
     def folder_sizes(self, key: str) -> dict[str, int]:
         """The complete folder at `key`: relative path -> size of each file.
@@ -225,14 +253,15 @@ class LocalBlobStore(BlobStore):
             temp.unlink(missing_ok=True)
         return str(target)
 
-    def put_dir(self, local_dir: str | os.PathLike[str], key: str) -> str:
+    def put_dir(self, local_dir: str | os.PathLike[str], key: str, *, move: bool = False) -> str:
         source = Path(local_dir)
         if not source.is_dir():
             raise BlobNotFound(f"local folder {str(source)!r} does not exist")
         target = self.path(key)
         temp = self._temp_beside(target)
         try:
-            shutil.copytree(source, temp)
+            if not (move and _renamed(source, temp)):
+                shutil.copytree(source, temp)
             try:
                 os.rename(temp, target)  # atomic when target does not exist
             except OSError:
@@ -248,12 +277,17 @@ class LocalBlobStore(BlobStore):
                 shutil.rmtree(temp, ignore_errors=True)
         return str(target)
 
-    def get_dir(self, key: str, local_dir: str | os.PathLike[str]) -> Path:
+    def get_dir(self, key: str, local_dir: str | os.PathLike[str], *, link: bool = False) -> Path:
         source = self.path(key)
         if not source.is_dir():
             raise BlobNotFound(f"no folder at {key!r} in {self.url}")
         destination = Path(local_dir)
-        shutil.copytree(source, destination, dirs_exist_ok=True)
+        shutil.copytree(
+            source,
+            destination,
+            dirs_exist_ok=True,
+            copy_function=link_or_copy if link else shutil.copy2,
+        )
         return destination
 
     def folder_sizes(self, key: str) -> dict[str, int]:
@@ -270,6 +304,17 @@ class LocalBlobStore(BlobStore):
         destination.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(source, destination)
         return destination
+
+    def local_folder(self, key: str) -> Path | None:
+        source = self.path(key)
+        if not source.is_dir():
+            raise BlobNotFound(f"no folder at {key!r} in {self.url}")
+        return source
+
+    def scratch_dir(self) -> Path | None:
+        scratch = self.root / SCRATCH  # a dot folder: never listed as blobs
+        scratch.mkdir(parents=True, exist_ok=True)
+        return scratch
 
     def open(self, key: str, mode: str = "rb") -> IO[bytes]:
         _check_read_mode(mode)
@@ -371,7 +416,7 @@ class S3BlobStore(BlobStore):
         self.fs.put_file(str(source), self.path(key))
         return self.uri(key)
 
-    def put_dir(self, local_dir: str | os.PathLike[str], key: str) -> str:
+    def put_dir(self, local_dir: str | os.PathLike[str], key: str, *, move: bool = False) -> str:
         source = Path(local_dir)
         if not source.is_dir():
             raise BlobNotFound(f"local folder {str(source)!r} does not exist")
@@ -416,7 +461,7 @@ class S3BlobStore(BlobStore):
             if path.startswith(prefix) and path.rsplit("/", 1)[-1] != MARKER
         }
 
-    def get_dir(self, key: str, local_dir: str | os.PathLike[str]) -> Path:
+    def get_dir(self, key: str, local_dir: str | os.PathLike[str], *, link: bool = False) -> Path:
         destination = Path(local_dir)
         destination.mkdir(parents=True, exist_ok=True)
         target = self.path(key)
@@ -473,6 +518,27 @@ class S3BlobStore(BlobStore):
             yield str(entry["path"])
 
 
+def _renamed(source: Path, target: Path) -> bool:
+    """Rename `source` to `target`; False (nothing moved) when they are on different file
+    systems or the rename is refused, so the caller copies instead."""
+    try:
+        os.rename(source, target)
+    except OSError:
+        return False
+    return True
+
+
+def link_or_copy(source: str | os.PathLike[str], target: str | os.PathLike[str]) -> None:
+    """Hard-link `source` at `target`, or copy it where links cannot be made (another file
+    system, one without links)."""
+    try:
+        if os.path.lexists(target):
+            os.unlink(target)  # overwritten, as a copy would; a link must not write through
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)
+
+
 def _sizes(folder: Path) -> dict[str, int]:
     return {
         p.relative_to(folder).as_posix(): p.stat().st_size for p in folder.rglob("*") if p.is_file()
@@ -486,12 +552,14 @@ def upload_dir(
     *,
     attempts: int = UPLOAD_ATTEMPTS,
     delay: float = 0.5,
+    move: bool = False,
 ) -> str:
     """Copy a local folder to `key` and check it landed whole; retry failures with backoff.
 
     Each attempt is an atomic `put_dir` followed by a check that the folder at `key` has
     exactly the local files, each of the local size. A failed attempt logs one warning line
     and waits `delay` seconds, doubled after each attempt. Returns the URI once a copy checks.
+    `move`: the caller gives the folder away (`BlobStore.put_dir`); it may be gone afterwards.
 
     Raises:
         BlobNotFound: `local_dir` is not a folder (not retried).
@@ -506,7 +574,7 @@ def upload_dir(
     last: Exception | None = None
     for attempt in range(1, attempts + 1):
         try:
-            uri = store.put_dir(source, key)
+            uri = store.put_dir(source, key, move=move)
             landed = store.folder_sizes(key)
             if landed == expected:
                 return uri

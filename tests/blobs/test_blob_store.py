@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,6 +32,8 @@ def _roundtrip(store: BlobStore, tmp_path: Path) -> None:
     assert (out / "adapter_config.json").read_text() == '{"tag": "a"}'
     assert (out / "sub" / "weights.bin").read_bytes() == bytes(range(256)) * 64
     assert store.get_dir(uri, tmp_path / "by-uri").joinpath("sub", "weights.bin").exists()
+    linked = store.get_dir(key, tmp_path / "linked", link=True)  # a reader's: links or copies
+    assert (linked / "sub" / "weights.bin").read_bytes() == bytes(range(256)) * 64
     assert store.list("runs/r1") == [
         f"{key}/adapter_config.json",
         f"{key}/sub/weights.bin",
@@ -87,6 +91,55 @@ def test_local_put_dir_is_atomic(tmp_path: Path) -> None:
         store.put_dir(source, "ckpt")
     assert not store.exists("ckpt")  # a failed write leaves nothing at the key
     assert list((tmp_path / "blobs").iterdir()) == []
+
+
+def test_local_store_moves_and_links_instead_of_copying(tmp_path: Path) -> None:
+    store = LocalBlobStore(str(tmp_path / "blobs"))
+    source = _checkpoint(tmp_path / "ckpt", "a")
+    inode = (source / "sub" / "weights.bin").stat().st_ino
+    store.put_dir(source, "runs/r1/c", move=True)
+    assert not source.exists()  # given away: renamed into the store, not copied
+    stored = store.path("runs/r1/c")
+    assert (stored / "sub" / "weights.bin").stat().st_ino == inode
+
+    read = store.get_dir("runs/r1/c", tmp_path / "read", link=True)
+    assert (read / "sub" / "weights.bin").stat().st_ino == inode
+    assert (read / "sub" / "weights.bin").stat().st_nlink == 2
+    assert store.local_folder("runs/r1/c") == stored
+    # A reader that replaces a file (written aside, renamed) leaves the blob as it was.
+    (read / "new").write_text("changed")
+    os.replace(read / "new", read / "adapter_config.json")
+    assert (stored / "adapter_config.json").read_text() == '{"tag": "a"}'
+    # Linking again over a folder replaces its files by links, never writes through them.
+    store.get_dir("runs/r1/c", read, link=True)
+    assert (read / "adapter_config.json").read_text() == '{"tag": "a"}'
+    # Without `link` a reader gets copies of its own.
+    copied = store.get_dir("runs/r1/c", tmp_path / "copied")
+    assert (copied / "sub" / "weights.bin").stat().st_ino != inode
+    with pytest.raises(BlobNotFound):
+        store.local_folder("runs/r1/none")
+    scratch = store.scratch_dir()
+    assert scratch is not None and scratch.parent == store.root
+    assert store.list("") == ["runs/r1/c/adapter_config.json", "runs/r1/c/sub/weights.bin"]
+
+
+def test_local_store_copies_across_file_systems(tmp_path: Path) -> None:
+    """A folder given away from another file system (here /dev/shm's tmpfs) is copied; so are
+    files linked into one."""
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or shm.stat().st_dev == tmp_path.stat().st_dev:
+        pytest.skip("needs a second file system at /dev/shm")
+    store = LocalBlobStore(str(tmp_path / "blobs"))
+    other = Path(tempfile.mkdtemp(dir=shm))
+    try:
+        source = _checkpoint(other / "ckpt", "a")
+        store.put_dir(source, "c", move=True)
+        assert (store.path("c") / "sub" / "weights.bin").read_bytes() == bytes(range(256)) * 64
+        read = store.get_dir("c", other / "read", link=True)
+        assert (read / "sub" / "weights.bin").read_bytes() == bytes(range(256)) * 64
+        assert (read / "sub" / "weights.bin").stat().st_dev == shm.stat().st_dev
+    finally:
+        shutil.rmtree(other)
 
 
 def test_default_url(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -14,11 +14,12 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 from pathlib import Path
 
-from rollout.blobs import BlobStore
+from rollout.blobs import BlobStore, link_or_copy
 from rollout.errors import RolloutError
 
 BACKENDS = ("local", "vllm", "tinker")
@@ -70,18 +71,24 @@ def convert_checkpoint(blobs: BlobStore, checkpoint_uri: str, backend: str) -> s
     target = conversion_uri(checkpoint_uri, backend)
     if blobs.exists(target):
         return target  # converted before a crash: the write is atomic, so it is complete
-    with tempfile.TemporaryDirectory(prefix="rollout-bridge-") as tmp:
-        source = Path(tmp) / "checkpoint"
-        blobs.get_dir(checkpoint_uri, source)
+    # On a local store nothing is copied: the checkpoint is read in place, the conversion's
+    # files are links to it, and the folder is renamed into the store.
+    with tempfile.TemporaryDirectory(prefix="rollout-bridge-", dir=blobs.scratch_dir()) as tmp:
+        source = blobs.local_folder(checkpoint_uri)
+        if source is None:
+            source = blobs.get_dir(checkpoint_uri, Path(tmp) / "checkpoint")
         out = Path(tmp) / "converted"
         out.mkdir()
         convert_folder(source, out, backend, checkpoint_uri=checkpoint_uri)
-        blobs.put_dir(out, target)
+        blobs.put_dir(out, target, move=True)
     return target
 
 
 def convert_folder(source: Path, out: Path, backend: str, *, checkpoint_uri: str = "") -> None:
     """Write `backend`'s files for the checkpoint folder `source` into the folder `out`.
+
+    The checkpoint's files are hard-linked where they can be (a checkpoint's files are never
+    changed once written; a file rewritten here is replaced, never written through a link).
 
     Raises:
         RolloutError: The checkpoint has nothing `backend` can load (naming it).
@@ -96,10 +103,10 @@ def convert_folder(source: Path, out: Path, backend: str, *, checkpoint_uri: str
         )
     for file in MODEL_FILES:
         if (source / file).is_file():
-            shutil.copy2(source / file, out / file)
+            link_or_copy(source / file, out / file)
     for shard in sorted(source.glob("model-*.safetensors")):
-        shutil.copy2(shard, out / shard.name)
-    _copy_tokenizer(source, out)
+        link_or_copy(shard, out / shard.name)
+    _copy_tokenizer(source, out, link=True)
     lora = (out / "adapter_model.safetensors").exists()
     full = (out / "model.safetensors").exists() or any(out.glob("model-*.safetensors"))
     if not lora and not full:
@@ -113,16 +120,20 @@ def convert_folder(source: Path, out: Path, backend: str, *, checkpoint_uri: str
         config_path = out / "adapter_config.json"
         config = json.loads(config_path.read_text())
         config["base_model_name_or_path"] = str(base)
-        config_path.write_text(json.dumps(config, indent=2))
+        rewritten = out / f".{config_path.name}.new"
+        rewritten.write_text(json.dumps(config, indent=2))
+        os.replace(rewritten, config_path)  # a new file: the link to the checkpoint's stays
     elif not any(out.glob("tokenizer*")) and base is not None:
         _copy_tokenizer(base, out)  # vLLM's reload reads the folder as a whole model
 
 
-def _copy_tokenizer(source: Path, out: Path) -> None:
+def _copy_tokenizer(source: Path, out: Path, *, link: bool = False) -> None:
+    """`source`'s tokenizer files into `out`: linked from a checkpoint (`link`), copied from a
+    base model folder (its owner may edit it in place)."""
     for pattern in TOKENIZER_FILES:
         for file in source.glob(pattern):
             if file.is_file() and not (out / file.name).exists():
-                shutil.copy2(file, out / file.name)
+                (link_or_copy if link else shutil.copy2)(file, out / file.name)
 
 
 def _base_model(source: Path) -> Path | None:

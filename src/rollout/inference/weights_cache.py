@@ -57,7 +57,7 @@ def fetch(blobs: BlobStore, uri: str, folder: Path) -> Path:
     folder.parent.mkdir(parents=True, exist_ok=True)
     partial = folder.with_name(f".{folder.name}.partial-{os.getpid()}-{uuid.uuid4().hex[:8]}")
     try:
-        blobs.get_dir(uri, partial)
+        blobs.get_dir(uri, partial, link=True)  # served files are only read
         try:
             os.rename(partial, folder)  # atomic; fails when another role renamed first
         except OSError:

@@ -231,7 +231,7 @@ class Trainer:
             latest = await self.ledger.latest_checkpoint(self.run_id, policy=name)
             if latest is not None:
                 local = self.work_dir / f"restore-{name}-v{latest.version}"
-                await asyncio.to_thread(self.blobs.get_dir, latest.uri, local)
+                await asyncio.to_thread(self.blobs.get_dir, latest.uri, local, link=True)
                 await asyncio.to_thread(provider.load, local)
                 state.version = latest.version
                 log.info("resumed %s policy %s at v%s", self.run_id, name, state.version)
@@ -428,6 +428,7 @@ class Trainer:
             uri,
             attempts=self.upload_attempts,
             delay=self.upload_delay,
+            move=True,  # the local save is only the upload's source
         )
         checkpoint = CheckpointRecord(
             run_id=self.run_id,
