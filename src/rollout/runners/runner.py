@@ -93,6 +93,7 @@ class Runner:
         self.kinds = kinds
         self._clients: dict[str, GatewayClient] = {}
         self._settings: dict[str, tuple[float, RunSettings]] = {}
+        self._settings_reads: dict[str, asyncio.Future[RunSettings]] = {}
         self._environments: dict[str, Environment] = {}
         self._run_environment: dict[str, str] = {}
         self.seats_played = 0
@@ -100,13 +101,25 @@ class Runner:
         self.heartbeats = SeatHeartbeats(ledger, lease_seconds)
 
     async def settings_for(self, run_id: str) -> RunSettings:
-        """The run's settings, re-read at most once a second (they change rarely)."""
+        """The run's settings, re-read at most once a second (they change rarely). The seats
+        that find them stale together share one read."""
         cached = self._settings.get(run_id)
-        now = time.monotonic()
-        if cached is None or now - cached[0] > SETTINGS_TTL:
-            cached = (now, await self.ledger.run_settings(run_id))
-            self._settings[run_id] = cached
-        return cached[1]
+        if cached is not None and time.monotonic() - cached[0] <= SETTINGS_TTL:
+            return cached[1]
+        reading = self._settings_reads.get(run_id)
+        if reading is None:
+            reading = asyncio.ensure_future(self._read_settings(run_id))
+            self._settings_reads[run_id] = reading
+        return await asyncio.shield(reading)
+
+    async def _read_settings(self, run_id: str) -> RunSettings:
+        try:
+            began = time.monotonic()
+            settings = await self.ledger.run_settings(run_id)
+            self._settings[run_id] = (began, settings)
+            return settings
+        finally:
+            del self._settings_reads[run_id]
 
     async def client_for(self, run_id: str) -> GatewayClient:
         """The gateway client for a run: the fixed URL, or the run's `gateway_url` setting."""
