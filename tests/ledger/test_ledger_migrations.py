@@ -52,3 +52,44 @@ async def test_an_edited_migration_is_refused(database_url: str) -> None:
         await conn.execute("UPDATE schema_migrations SET checksum = 'x' WHERE version = 1")
     with pytest.raises(LedgerError, match="changed after it was applied"):
         await apply_migrations(database_url)
+
+
+async def test_episode_totals_are_counted_for_the_episodes_of_an_older_ledger(
+    empty_database_url: str,
+) -> None:
+    """Migration 0021 counts the episodes a ledger held before it; from then on each insert
+    adds its own (episode_counts' total, read without scanning the run's episodes)."""
+    from rollout.ledger import EpisodeSpec
+
+    await apply_migrations(empty_database_url)
+    async with await psycopg.AsyncConnection.connect(empty_database_url, autocommit=True) as conn:
+        await conn.execute(  # the ledger as it was before migration 0021
+            "DROP TABLE run_episode_totals; DROP FUNCTION count_added_episodes CASCADE;"
+            " DELETE FROM schema_migrations WHERE name = '0021_episode_totals.sql'"
+        )
+    ledger = await Ledger.connect(empty_database_url, migrate=False)
+    try:
+        first = await ledger.create_run("a", "env:a", {})
+        second = await ledger.create_run("b", "env:b", {})
+        empty = await ledger.create_run("c", "env:c", {})
+        await ledger.add_episodes(first.run_id, [EpisodeSpec(0, m, {}, m) for m in range(5)])
+        await ledger.add_episodes(second.run_id, [EpisodeSpec(0, m, {}, m) for m in range(2)])
+        assert await apply_migrations(empty_database_url) == ["0021_episode_totals.sql"]
+        assert (await ledger.episode_counts(first.run_id))["total"] == 5
+        assert (await ledger.episode_counts(second.run_id))["total"] == 2
+        assert (await ledger.episode_counts(empty.run_id))["total"] == 0
+        # Inserts after it, several groups and kinds at once, each add their own.
+        await ledger.add_episodes(
+            first.run_id, [EpisodeSpec(g, m, {}, m) for g in (1, 2) for m in range(3)]
+        )
+        await ledger.add_episodes(
+            first.run_id, [EpisodeSpec(0, m, {}, m, kind="eval") for m in range(4)]
+        )
+        await ledger.add_episodes(empty.run_id, [EpisodeSpec(0, 0, {}, 0)])
+        # Added again (idempotent): nothing new is inserted, nothing is counted twice.
+        await ledger.add_episodes(first.run_id, [EpisodeSpec(0, m, {}, m) for m in range(5)])
+        assert (await ledger.episode_counts(first.run_id))["total"] == 15
+        assert (await ledger.episode_counts(second.run_id))["total"] == 2
+        assert (await ledger.episode_counts(empty.run_id))["total"] == 1
+    finally:
+        await ledger.close()
