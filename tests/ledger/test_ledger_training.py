@@ -344,3 +344,40 @@ async def test_the_trainable_groups_read_probes_by_key_under_a_generic_plan(
     assert "Seq Scan on consumed_groups" not in plan, plan
     probe = plan[plan.index("consumed_groups") :].split("\n", 2)[1]
     assert "group_index = e.group_index" in probe and "Index Cond" in probe, plan
+
+
+async def test_the_group_floor_walk_probes_each_group_by_key(
+    ledger: Ledger, run: RunRecord, database_url: str
+) -> None:
+    """The walk to the first unconsumed group (`GROUP_FLOOR`, in every step's record) probes one
+    key per group it passes, whatever plan Postgres picks: as an EXISTS it was a hash join over
+    a sequential scan of the run's consumed groups at every step of the walk."""
+    import psycopg
+    from psycopg import sql
+
+    from rollout.ledger.training import GROUP_FLOOR
+
+    rid = run.run_id
+    await ledger.add_episodes(rid, [EpisodeSpec(g, 0, {}, g) for g in range(60)])
+    await _play(ledger, rid)
+    lease = await ledger.acquire_lease(trainer_lease(rid), "t")
+    assert await ledger.record_train_step(
+        lease, rid, 1, [*range(40), 41, 42], {"loss": 0.5}, checkpoint(rid, 1, 0)
+    )
+    query: LiteralString = (
+        GROUP_FLOOR.replace("%(floor)s", "$1")
+        .replace("%(run_id)s", "$2")
+        .replace("%(policy)s", "$3")
+    )
+    with psycopg.connect(database_url) as conn:
+        conn.execute("SET plan_cache_mode = force_generic_plan")
+        conn.execute(sql.SQL("PREPARE walk(int, text, text) AS {}").format(sql.SQL(query)))
+        plans = []
+        for start in (0, 30):
+            execute = sql.SQL("EXECUTE walk({}, {}, 'main')").format(start, sql.Literal(rid))
+            explain = sql.SQL("EXPLAIN (ANALYZE, COSTS OFF) {}").format(execute)
+            plans.append("\n".join(row[0] for row in conn.execute(explain)))
+            assert conn.execute(execute).fetchall() == [(40,)]  # the first gap
+    for plan in plans:
+        assert "Seq Scan on consumed_groups" not in plan, plan
+        assert "Hash" not in plan and "Index Only Scan using consumed_groups_pkey" in plan, plan

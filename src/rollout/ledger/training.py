@@ -48,15 +48,18 @@ LIMIT %(limit)s
 """
 # The first group index at or after `floor` that `policy` has not consumed. A consumed group
 # stays consumed, so every index below the answer is consumed whatever is inserted later (a
-# group added below it would have to be consumed already): it only ever moves up.
+# group added below it would have to be consumed already): it only ever moves up. Each step of
+# the walk is a probe of one key (a scalar subquery, never flattened: as an EXISTS the planner
+# made it a hash join over a sequential scan of the run's consumed groups at every step of the
+# walk, 3.7 ms at 640 groups and growing with the run; 0.2 ms as probes).
 GROUP_FLOOR: LiteralString = """
 WITH RECURSIVE walk(g) AS (
     SELECT %(floor)s::int4
     UNION ALL
     SELECT walk.g + 1 FROM walk
-    WHERE EXISTS (SELECT 1 FROM consumed_groups c
-                  WHERE c.run_id = %(run_id)s AND c.policy = %(policy)s
-                    AND c.group_index = walk.g)
+    WHERE (SELECT true FROM consumed_groups c
+           WHERE c.run_id = %(run_id)s AND c.policy = %(policy)s AND c.group_index = walk.g
+           LIMIT 1)
 )
 SELECT max(g) AS floor FROM walk
 """
