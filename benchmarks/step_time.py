@@ -1,6 +1,9 @@
 """Step time: where a platform step's wall time goes, against the trainer's own compute.
 
 Run: `uv run python benchmarks/step_time.py --steps 40` (`--json` for machine-readable output).
+Compare two versions of the code: `... step_time.py --steps 100 --against ../other-checkout` runs
+the same benchmark on the other checkout's code (in this environment) at the same time as this
+one's and prints each role's CPU per step side by side, so that both see the same load.
 
 Runs the README's parity command (`rollout train parity.environment:environment --preset
 cpu-tiny`, every role its own process, `stop_at_reward` off so it trains exactly `--steps`
@@ -289,8 +292,16 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also count Postgres's statements per episode from its log",
     )
+    parser.add_argument(
+        "--against",
+        metavar="CHECKOUT",
+        help="also run the same benchmark on another checkout's code (its src/ and "
+        "environments/, in this environment) at the same time, and compare the two",
+    )
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     args = parser.parse_args(argv)
+    if args.against:
+        return against(args.against, sys.argv[1:] if argv is None else argv, as_json=args.json)
 
     from rollout.ledger import ledger_url
     from rollout.ledger.embedded import stop_embedded
@@ -380,6 +391,61 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(statements))
     goal = "met" if ratio <= GOAL else "NOT met"
     print(f"median wall / median compute: {ratio:.2f}x (goal <= {GOAL:g}: {goal})")
+    return 0
+
+
+def _code_path(checkout: Path) -> str:
+    return os.pathsep.join(str(checkout / part) for part in ("src", "environments"))
+
+
+def against(other: str, argv: list[str], *, as_json: bool) -> int:
+    """Run this benchmark on `other`'s code and on this checkout's at the same time (so that both
+    see the same load: on a shared machine the figures of two runs one after the other are not
+    comparable), then print each role's CPU per step and the goals' figures side by side."""
+    here = Path(__file__).resolve().parents[1]
+    there = Path(other).expanduser().resolve()
+    if not (there / "src" / "rollout").is_dir():
+        raise SystemExit(f"--against: {other!r} is not a checkout of rollout (no src/rollout)")
+    rest: list[str] = []
+    skip = False
+    for arg in argv:  # the same options, without --against and --json
+        if skip:
+            skip = False
+        elif arg == "--against":
+            skip = True
+        elif not arg.startswith("--against=") and arg != "--json":
+            rest.append(arg)
+    processes = {
+        label: subprocess.Popen(
+            [sys.executable, str(Path(__file__).resolve()), *rest, "--json"],
+            env=dict(os.environ, PYTHONPATH=_code_path(checkout)),
+            stdout=subprocess.PIPE,
+            cwd=checkout,
+        )
+        for label, checkout in (("against", there), ("this", here))
+    }
+    results: dict[str, Any] = {}
+    for label, process in processes.items():
+        out, _ = process.communicate()
+        if process.returncode != 0:
+            raise SystemExit(f"the run on {label} code failed (exit {process.returncode})")
+        results[label] = json.loads(out)
+    if as_json:
+        print(json.dumps(results, indent=2))
+        return 0
+    a, b = results["against"], results["this"]
+    print(f"{there} (against) vs {here} (this), at the same time, {a['steps']} steps each")
+    print(f"load average {a['load_average_at_start']} at start, {b['load_average_at_end']} at end")
+    print(f"{'CPU s per step':<26}{'against':>10}{'this':>10}{'this/against':>14}")
+    roles = sorted(set(a["cpu_s_per_step"]) | set(b["cpu_s_per_step"]))
+    rows = [(role, a["cpu_s_per_step"].get(role, 0.0), b["cpu_s_per_step"].get(role, 0.0))
+            for role in roles]  # fmt: skip
+    rows.append(("all roles", sum(a["cpu_s_per_step"].values()), sum(b["cpu_s_per_step"].values())))
+    rows.append(("ms per episode (goal <= 3)", a["cpu_ms_per_episode"], b["cpu_ms_per_episode"]))
+    rows.append(("wall / compute (goal <= 2)", a["wall_over_compute"], b["wall_over_compute"]))
+    for label, x, y in rows:
+        ratio = f"{y / x:.2f}" if x else "-"
+        print(f"{label:<26}{x:>10.3f}{y:>10.3f}{ratio:>14}")
     return 0
 
 
