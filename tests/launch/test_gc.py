@@ -20,7 +20,7 @@ from rollout.launch.gc import ORPHAN_AGE, collect
 from rollout.ledger import CheckpointRecord, Ledger
 from rollout.ledger.leases import trainer_lease
 from rollout.training import retention
-from rollout.training.loop import checkpoint_uri
+from rollout.training.loop import Trainer, checkpoint_uri
 
 WEIGHT_BYTES = 4096
 
@@ -91,6 +91,23 @@ async def _train_policies(
             await ledger.record_conversion(run.run_id, version, "local", conversion, policy=policy)
     blobs.delete("scratch")
     return run.run_id
+
+
+async def test_the_trainer_applies_retention_at_most_every_few_seconds(
+    ledger: Ledger, blob_store: BlobStore
+) -> None:
+    run_id = await _train(ledger, blob_store, "paced", versions=5)
+    trainer = Trainer(ledger, blob_store, run_id)
+    await trainer._retain()  # a first pass at once: v0 and v1 go
+    assert (await ledger.settings(run_id))["deleted_checkpoints"] == [0, 1]
+    await ledger.set_setting(run_id, "keep_checkpoints", 1)
+    await trainer._retain()  # the pass before was under RETENTION_SECONDS ago: nothing changes
+    assert (await ledger.settings(run_id))["deleted_checkpoints"] == [0, 1]
+    assert blob_store.exists(checkpoint_uri(run_id, 2))
+    await trainer._retain(every=0.0)  # as when the run finishes: whatever the last pass's age
+    assert (await ledger.settings(run_id))["deleted_checkpoints"] == [0, 1, 2, 3]
+    assert not blob_store.exists(checkpoint_uri(run_id, 3))
+    assert blob_store.exists(checkpoint_uri(run_id, 4))
 
 
 async def test_retention_keeps_the_last_k_of_each_policy(

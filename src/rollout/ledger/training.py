@@ -125,7 +125,8 @@ CHECKPOINT_COLUMNS: LiteralString = (
 # Every policy's checkpoints when %(policy)s is NULL.
 CHECKPOINTS: LiteralString = (
     "SELECT " + CHECKPOINT_COLUMNS + " FROM checkpoints WHERE run_id = %(run_id)s"
-    " AND (%(policy)s::text IS NULL OR policy = %(policy)s) ORDER BY policy, version"
+    " AND (%(policy)s::text IS NULL OR policy = %(policy)s) AND version > %(after)s"
+    " ORDER BY policy, version"
 )
 LATEST_CHECKPOINT: LiteralString = (
     "SELECT " + CHECKPOINT_COLUMNS + " FROM checkpoints"
@@ -338,10 +339,11 @@ class TrainingMixin(LedgerConnection):
             return await fetch_one(conn, class_row(CheckpointRecord), LATEST_CHECKPOINT, params)
 
     async def checkpoints(
-        self, run_id: str, *, policy: str | None = DEFAULT_POLICY
+        self, run_id: str, *, policy: str | None = DEFAULT_POLICY, after: int = -1
     ) -> list[CheckpointRecord]:
-        """`policy`'s checkpoints (None: every policy's, by policy), oldest version first."""
-        params = {"run_id": run_id, "policy": policy}
+        """`policy`'s checkpoints (None: every policy's, by policy), oldest version first; with
+        `after`, only versions after it (a follower reads what is new, not the whole chain)."""
+        params = {"run_id": run_id, "policy": policy, "after": after}
         async with self._pool.connection() as conn:
             return await fetch_all(conn, class_row(CheckpointRecord), CHECKPOINTS, params)
 

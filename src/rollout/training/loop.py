@@ -88,6 +88,11 @@ SETTINGS_SECONDS = 1.0
 """Between steps, the run's settings (max_lag: how many steps of groups to queue) are read again
 after this long; a step reads them at once. The trainer wakes at every seat end of a step (a
 dozen times), and each wake-up read them before."""
+RETENTION_SECONDS = 2.0
+"""Checkpoint retention runs after a step when its last pass is older than this, and once more
+when the run finishes: a pass reads the run's checkpoints, settings, serving and evals (about ten
+statements), so after every step of a run stepping several times a second it was a good part of
+the trainer's own work; where a step takes longer than this, it runs after every step."""
 
 
 def checkpoint_uri(
@@ -169,6 +174,8 @@ class Trainer:
         """Queued groups at which the ledger's tables are analysed next."""
         self._queued_at: tuple[int, float] | None = None
         """The version groups were last queued for, and when (`SETTINGS_SECONDS`)."""
+        self._retained_at: float | None = None
+        """When checkpoint retention last ran (`RETENTION_SECONDS`)."""
         self.evals: list[EvalSchedule] = []
         """The run's eval schedule (read from the run when `run` starts)."""
         self.policy_names: tuple[str, ...] = (DEFAULT_POLICY,)
@@ -272,6 +279,7 @@ class Trainer:
         if not stop.is_set():
             for policy in policies:
                 await self._publish_until_served(stop, policy=policy.name)
+            await self._retain(every=0.0)  # what the last passes let be, before finishing
             await self.ledger.set_setting(self.run_id, live.FINISHED, True)
 
     async def _train_step(
@@ -460,6 +468,15 @@ class Trainer:
                 await self.ledger.request_eval(self.run_id, schedule.suite, version)
         # The local save was only the upload's source; old checkpoints' files go by retention.
         await asyncio.to_thread(shutil.rmtree, local, True)
+        await self._retain()
+
+    async def _retain(self, every: float = RETENTION_SECONDS) -> None:
+        """Delete the files of the checkpoints retention lets go, unless it ran in the last
+        `every` seconds."""
+        now = time.monotonic()
+        if self._retained_at is not None and now - self._retained_at < every:
+            return
+        self._retained_at = now
         try:
             await retention.apply(self.ledger, self.blobs, self.run_id)
         except Exception:  # files left behind are `rollout gc`'s to delete, never a failed step

@@ -18,8 +18,9 @@ on its own: of each policy's versions, a run keeps
 The others' files (the checkpoint and its conversions) are deleted and the deletion is recorded
 as a fact: the run setting `deleted_checkpoints` lists the default policy's versions whose files
 are gone and `deleted_policy_checkpoints` each other policy's (`RunSettings.deleted_of`), so
-`rollout runs show` can say which are kept. The trainer applies this after each step it
-records; `rollout gc` applies it to every run.
+`rollout runs show` can say which are kept. The trainer applies this after a step it records
+(at most once every `RETENTION_SECONDS`, and when the run finishes: `rollout.training.loop`);
+`rollout gc` applies it to every run.
 
 Example:
     >>> sorted(kept_versions(range(10), keep=3, pinned={2}))
