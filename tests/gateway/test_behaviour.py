@@ -543,6 +543,44 @@ async def test_edited_history_is_rendered_not_spliced(serve: Serve) -> None:
     assert two.prompt_tokens == tuple(expected)
 
 
+class CountingRenderer(HFRenderer):
+    """The real renderer, counting how often the chat template runs."""
+
+    renders = 0
+
+    def render_text(self, *args: Any, **kwargs: Any) -> str:
+        self.renders += 1
+        return super().render_text(*args, **kwargs)
+
+
+async def test_a_groups_repeated_prompt_renders_once_with_the_same_tokens(
+    serve: Serve, tokenizer_dir: Path
+) -> None:
+    """A group's samples send one conversation: the template runs for the first only."""
+    r = CountingRenderer(AutoTokenizer.from_pretrained(str(tokenizer_dir)))
+    served = await serve(["E"], use_renderer=r)
+    seats = [served.claim, await served.new_seat(), await served.new_seat()]
+    asked: list[Any] = [
+        {"role": "system", "content": "Parity."},
+        {"role": "user", "content": "12="},
+    ]
+    for seat in seats:
+        client = openai.AsyncOpenAI(base_url=served.server.base_url, api_key=seat.api_key)
+        await client.chat.completions.create(model="m", messages=asked)
+    assert r.renders == 1
+    expected = tuple(r.render([Message.system("Parity."), Message.user("12=")]))
+    for seat in seats:
+        (turn,) = await served.turns(seat)
+        assert turn.prompt_tokens == expected
+    client = openai.AsyncOpenAI(base_url=served.server.base_url, api_key=served.key)
+    await client.chat.completions.create(
+        model="m", messages=[*asked[:1], {"role": "user", "content": "13="}]
+    )
+    assert r.renders == 3  # another conversation renders (and the test's own render above)
+    _, other = await served.turns()
+    assert other.prompt_tokens == tuple(r.render([Message.system("Parity."), Message.user("13=")]))
+
+
 async def test_an_older_turn_is_found_when_the_last_one_is_a_side_call(serve: Serve) -> None:
     """Claude Code interleaves side calls (titles, summaries) with the main conversation."""
     served = await serve(lambda prompt: "title" if "Summarize" in prompt else TOOL_REPLY)

@@ -16,12 +16,18 @@ Two paths, by what the renderer can give:
 
 Either way, when the history renders differently from the recorded prompt (a template that
 rewrites earlier turns) the full rendering is used, and nothing is spliced.
+
+The text path keeps the last few conversations' renderings (`RenderCache`): the samples of a
+group ask for the same prompt, and all but the first take its text and tokens from there.
 """
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from typing import TypeVar
 
 from rollout.contracts import Message, ToolSpec, Turn
@@ -53,6 +59,73 @@ def rendered(render: Callable[[], _R]) -> _R:
         ) from exc
 
 
+def render_key(messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Hashable:
+    """What a chat template sees of a conversation, exactly, as a hashable key.
+
+    >>> hi = [Message.user("hi")]
+    >>> render_key(hi, []) == render_key([Message.user("hi")], [])
+    True
+    >>> render_key(hi, []) == render_key([Message.user("hi ")], [])
+    False
+    """
+    return (
+        tuple(
+            (
+                m.role,
+                m.content if isinstance(m.content, str) else tuple(p.text for p in m.content),
+                tuple((c.id, c.name, c.arguments) for c in m.tool_calls),
+                m.tool_call_id,
+                m.name,
+            )
+            for m in messages
+        ),
+        tuple((t.name, t.description, json.dumps(t.parameters)) for t in tools),
+    )
+
+
+class RenderCache:
+    """The renderings (text, and tokens once encoded) of the last `size` conversations.
+
+    A group's samples send the same conversation, so all but the first reuse its rendering.
+    An entry lives `ttl` seconds (a template may print the date: a day's change shows within
+    that), and texts over `max_chars` are not kept (a long agent conversation rarely repeats).
+
+    >>> cache = RenderCache(size=1)
+    >>> cache.put("a", "text a", [1])
+    >>> cache.get("a")
+    ('text a', [1])
+    >>> cache.put("b", "text b", None)
+    >>> cache.get("a") is None  # the oldest went
+    True
+    """
+
+    def __init__(self, size: int = 256, ttl: float = 60.0, max_chars: int = 32_768) -> None:
+        self.size = size
+        self.ttl = ttl
+        self.max_chars = max_chars
+        self._entries: OrderedDict[Hashable, tuple[float, str, list[int] | None]] = OrderedDict()
+
+    def get(self, key: Hashable) -> tuple[str, list[int] | None] | None:
+        """(text, tokens or None) for `key`, if kept and not expired."""
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        born, text, tokens = entry
+        if time.monotonic() - born > self.ttl:
+            del self._entries[key]
+            return None
+        return text, tokens
+
+    def put(self, key: Hashable, text: str, tokens: list[int] | None) -> None:
+        """Keep `text` (and its `tokens`) for `key`, dropping the oldest entry when full."""
+        if len(text) > self.max_chars:
+            return
+        self._entries[key] = (time.monotonic(), text, tokens)
+        self._entries.move_to_end(key)
+        while len(self._entries) > self.size:
+            self._entries.popitem(last=False)
+
+
 class PromptBuilder:
     """Builds a seat's prompt tokens, reusing recorded tokens where the conversation repeats.
 
@@ -77,6 +150,7 @@ class PromptBuilder:
         self._stop_texts = [(t, text) for t, text in texts if text]
         # HFRenderer renders text first; splicing on text saves a second render per turn.
         self._text_renderer: TextRenderer | None = getattr(renderer, "render_text", None)
+        self.cache = RenderCache()
 
     def render(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> list[int]:
         """The full rendering of `messages` as tokens (400 when the template rejects them)."""
@@ -116,10 +190,20 @@ class PromptBuilder:
         if self._text_renderer is None:
             prompt, turn = await self._build_from_tokens(info, messages, tools)
             return prompt, turn, None
-        full = self._render_text(messages, tools)
+        key = render_key(messages, tools)
+        kept = self.cache.get(key)
+        if kept is None:
+            full, tokens = self._render_text(messages, tools), None
+        else:
+            full, tokens = kept
         match = await self.match(info, messages, tools)
         if match is None:
-            return self.renderer.encode(full), None, full
+            if tokens is None:
+                tokens = self.renderer.encode(full)
+                self.cache.put(key, full, tokens)
+            return list(tokens), None, full
+        if kept is None:
+            self.cache.put(key, full, None)
         _, turn = match
         prefix = self.seats.get(info).prompt_text(turn)
         if prefix is None:
