@@ -14,7 +14,8 @@ lr 1e-3). `--lag K` samples with the weights of K steps ago (a delayed copy of t
 
 Run: `uv run python benchmarks/parity_learning.py --seeds 3` (each seed in its own process, so
 "seconds from process start" includes imports and model creation, as measured originally).
-Compare: `--warmup-steps 0` (no warm-up), `--lag 4 --is tis|icepop|none`.
+Compare: `--warmup-steps 0` (no warm-up), `--lag 4 --is tis|icepop|none`; `--cpu-tiny` runs
+the loop alone with the cpu-tiny preset's recipe (the one `--platform` compares against).
 
 Platform vs in-process, side by side (goal: the platform within 2x):
 `uv run python benchmarks/parity_learning.py --platform --seeds 3` runs, for each seed, this
@@ -27,13 +28,15 @@ one's seconds from its process start to the target and the ratio; then, over the
 reached the target in both, the median and range of each figure (`--seeds 5` for the figures
 in benchmarks/README.md: step counts vary a lot between seeds), and the load average.
 
-Why the platform's step counts vary more than this loop's: this loop is deterministic for a
-seed (its sampling generator is seeded), so a seed always takes the same number of steps; the
-platform seeds the prompts (`seed`) but not the sampling (the runner's requests carry no
-sampling seed, so the inference server draws one per request), and how stale each turn's
-weights are (0 or 1 step under max_lag 1) depends on timing. A platform seed is therefore a
-draw from a distribution of runs, not one run: rerunning one seed need not give the same step
-count (read from the code; not measured here).
+Why the step counts vary: this loop is deterministic for a seed (its sampling generator is
+seeded), so a seed always takes the same number of steps on one machine; the platform seeds the
+prompts (`seed`) but not the sampling (the runner's requests carry no sampling seed, so the
+inference server draws one per request), and how stale each turn's weights are (0 or 1 step under
+max_lag 1) depends on timing. A platform seed is therefore a draw from a distribution of runs.
+So is this loop's, once its sampling is drawn too: `--cpu-tiny --seeds 1 --seed-offset 1
+--sampling-seed K` keeps seed 1's model, warm-up and prompts and seeds only the sampling with K.
+Measured (2026-12-07, benchmarks/README.md): seed 1 took 168-258 steps over seven sampling seeds,
+where the platform's seed 1 took 100-295 over its runs; the two spreads are of the same size.
 """
 
 from __future__ import annotations
@@ -158,7 +161,8 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
 
         sampler_model = copy.deepcopy(provider.model)
     loss = LossConfig(importance=ImportanceConfig(mode=args.is_mode), entropy_coef=args.entropy)
-    gen = torch.Generator(device=args.device).manual_seed(seed)
+    sampling_seed = seed if args.sampling_seed is None else args.sampling_seed
+    gen = torch.Generator(device=args.device).manual_seed(sampling_seed)
     rewards: list[float] = []
     t_hit: float | None = None
     step_hit: int | None = None
@@ -277,6 +281,7 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
         "final_reward": rewards[-1] if rewards else None,
         "best_reward": max(rewards) if rewards else None,
         "steps": len(rewards),
+        "sampling_seed": sampling_seed,
         "last_is_metrics": {k: v for k, v in metrics.items() if k.startswith("is/")},
     }
 
@@ -396,6 +401,16 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1, one process each")
     parser.add_argument("--seed-offset", type=int, default=0)
     parser.add_argument("--single-seed", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--sampling-seed",
+        type=int,
+        default=None,
+        help="seed the sampling with this instead of the run's seed (model, warm-up and prompts"
+        " keep the run's): the loop's own spread of step counts for one seed",
+    )
+    parser.add_argument(
+        "--cpu-tiny", action="store_true", help="the cpu-tiny preset's recipe (as --platform)"
+    )
     parser.add_argument("--warmup-steps", type=int, default=150)
     parser.add_argument("--max-steps", type=int, default=400)
     parser.add_argument("--prompts", type=int, default=16)
@@ -449,7 +464,9 @@ def main() -> None:
         return
 
     results: list[dict[str, Any]] = []
-    passthrough = [a for a in sys.argv[1:]]
+    passthrough = [a for a in sys.argv[1:] if a != "--cpu-tiny"]
+    if args.cpu_tiny:
+        passthrough = [*CPU_TINY_RECIPE, *passthrough]
     for seed in range(args.seed_offset, args.seed_offset + args.seeds):
         # Each seed in a fresh process: times count from that process's start, like a real run.
         proc = subprocess.run(
