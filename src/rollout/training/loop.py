@@ -33,11 +33,13 @@ missing or partial folder; a serving record is written only when its files exist
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import shutil
 import tempfile
 import time
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,7 +49,6 @@ from rollout.contracts import DEFAULT_POLICY, Message
 from rollout.harness.core import Environment
 from rollout.harness.loading import load_environment
 from rollout.harness.seeds import episode_seed
-from rollout.inference.vllm_serving import engines_asleep
 from rollout.ledger import (
     CheckpointRecord,
     EpisodeSpec,
@@ -282,6 +283,18 @@ class Trainer:
             await self._retain(every=0.0)  # what the last passes let be, before finishing
             await self.ledger.set_setting(self.run_id, live.FINISHED, True)
 
+    def _engines_asleep(self, config: RunConfig) -> AbstractAsyncContextManager[None]:
+        """The run's vLLM engines asleep while a step trains, when the preset asks for it.
+
+        Imported only then: the vLLM serving module (FastAPI and the vLLM client with it) costs
+        a trainer that needs none of it a quarter of a second at start-up.
+        """
+        if not (config.backend == "vllm" and config.vllm.sleep_while_training):
+            return contextlib.nullcontext()
+        from rollout.inference.vllm_serving import engines_asleep
+
+        return engines_asleep(self.ledger, self.run_id, True)
+
     async def _train_step(
         self,
         policy: _PolicyState,
@@ -291,9 +304,8 @@ class Trainer:
     ) -> None:
         """One step of `policy` on `groups` (only its agents' turns), saved and recorded."""
         began = time.monotonic()
-        sleep = config.backend == "vllm" and config.vllm.sleep_while_training
         trained = [policy.trained_group(group) for group in groups]
-        async with engines_asleep(self.ledger, self.run_id, sleep):  # colocated GPU
+        async with self._engines_asleep(config):  # colocated GPU
             metrics = await asyncio.to_thread(
                 self._step, policy.provider, trained, config, policy.version, environment
             )
