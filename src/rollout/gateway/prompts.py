@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from array import array
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 from typing import TypeVar
@@ -84,11 +85,13 @@ def render_key(messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Hashab
 
 
 class RenderCache:
-    """The renderings (text, and tokens once encoded) of the last `size` conversations.
+    """The renderings (text, and tokens once encoded) of the latest conversations.
 
     A group's samples send the same conversation, so all but the first reuse its rendering.
     An entry lives `ttl` seconds (a template may print the date: a day's change shows within
-    that), and texts over `max_chars` are not kept (a long agent conversation rarely repeats).
+    that); texts over `max_chars` are not kept (a long agent conversation rarely repeats), and
+    the oldest entries go when there are more than `size` or their texts add up to more than
+    `budget_chars` (tokens are kept as 4-byte ids: a few MB at most).
 
     >>> cache = RenderCache(size=1)
     >>> cache.put("a", "text a", [1])
@@ -97,13 +100,25 @@ class RenderCache:
     >>> cache.put("b", "text b", None)
     >>> cache.get("a") is None  # the oldest went
     True
+    >>> cache = RenderCache(budget_chars=10)
+    >>> cache.put("a", "123456", None); cache.put("b", "123456", None)
+    >>> cache.get("a"), cache.get("b")  # the two texts exceed the budget
+    (None, ('123456', None))
     """
 
-    def __init__(self, size: int = 256, ttl: float = 60.0, max_chars: int = 32_768) -> None:
+    def __init__(
+        self,
+        size: int = 256,
+        ttl: float = 60.0,
+        max_chars: int = 32_768,
+        budget_chars: int = 1_000_000,
+    ) -> None:
         self.size = size
         self.ttl = ttl
         self.max_chars = max_chars
-        self._entries: OrderedDict[Hashable, tuple[float, str, list[int] | None]] = OrderedDict()
+        self.budget_chars = budget_chars
+        self._chars = 0
+        self._entries: OrderedDict[Hashable, tuple[float, str, array[int] | None]] = OrderedDict()
 
     def get(self, key: Hashable) -> tuple[str, list[int] | None] | None:
         """(text, tokens or None) for `key`, if kept and not expired."""
@@ -112,18 +127,28 @@ class RenderCache:
             return None
         born, text, tokens = entry
         if time.monotonic() - born > self.ttl:
-            del self._entries[key]
+            self._drop(key)
             return None
-        return text, tokens
+        return text, None if tokens is None else tokens.tolist()
 
-    def put(self, key: Hashable, text: str, tokens: list[int] | None) -> None:
-        """Keep `text` (and its `tokens`) for `key`, dropping the oldest entry when full."""
+    def put(self, key: Hashable, text: str, tokens: Sequence[int] | None) -> None:
+        """Keep `text` (and its `tokens`) for `key`, dropping the oldest entries when full."""
         if len(text) > self.max_chars:
             return
-        self._entries[key] = (time.monotonic(), text, tokens)
-        self._entries.move_to_end(key)
-        while len(self._entries) > self.size:
-            self._entries.popitem(last=False)
+        if key in self._entries:
+            self._drop(key)
+        self._entries[key] = (
+            time.monotonic(),
+            text,
+            None if tokens is None else array("i", tokens),
+        )
+        self._chars += len(text)
+        while len(self._entries) > self.size or self._chars > self.budget_chars:
+            self._drop(next(iter(self._entries)))
+
+    def _drop(self, key: Hashable) -> None:
+        _, text, _ = self._entries.pop(key)
+        self._chars -= len(text)
 
 
 class PromptBuilder:
@@ -201,7 +226,7 @@ class PromptBuilder:
             if tokens is None:
                 tokens = self.renderer.encode(full)
                 self.cache.put(key, full, tokens)
-            return list(tokens), None, full
+            return tokens, None, full
         if kept is None:
             self.cache.put(key, full, None)
         _, turn = match
