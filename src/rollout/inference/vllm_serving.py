@@ -22,7 +22,6 @@ from rollout.inference.vllm import VllmBackend
 from rollout.inference.vllm_server import VllmServer, VllmServerOptions
 from rollout.ledger import Ledger
 from rollout.net.client import JsonHttpClient
-from rollout.runs.live import RunSettings
 
 
 async def start_vllm(
@@ -72,9 +71,9 @@ async def set_engines_asleep(inference_url: str, asleep: bool, secret: str | Non
 
 
 @contextlib.asynccontextmanager
-async def engines_asleep(ledger: Ledger, run_id: str, enabled: bool) -> AsyncIterator[None]:
-    """While the block runs, the run's engine sleeps (when `enabled`; else nothing happens)."""
-    settings = await ledger.run_settings(run_id) if enabled else RunSettings()
+async def engines_asleep(ledger: Ledger, run_id: str) -> AsyncIterator[None]:
+    """While the block runs, the run's engine sleeps (nothing happens before it has a URL)."""
+    settings = await ledger.run_settings(run_id)
     url, secret = settings.inference_url, settings.internal_secret
     if not url:
         yield

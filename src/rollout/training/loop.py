@@ -293,7 +293,7 @@ class Trainer:
             return contextlib.nullcontext()
         from rollout.inference.vllm_serving import engines_asleep
 
-        return engines_asleep(self.ledger, self.run_id, True)
+        return engines_asleep(self.ledger, self.run_id)
 
     async def _train_step(
         self,
