@@ -284,6 +284,50 @@ async def test_the_groups_below_the_consumed_floor_are_skipped_and_none_is_lost(
         await fresh.close()
 
 
+async def test_groups_found_complete_are_not_read_again_and_come_back_until_consumed(
+    ledger: Ledger, run: RunRecord
+) -> None:
+    """A trainer reads trainable groups at each wake-up; a group it found complete stays
+    complete, so later reads leave it out of the scan (`Ledger._complete_groups`) and still
+    return it, oldest first, beside the newly complete, until a step of any process consumes
+    it."""
+    rid = run.run_id
+    await ledger.add_episodes(
+        rid, [EpisodeSpec(g, m, {}, g * 2 + m) for g in range(4) for m in range(2)]
+    )
+
+    async def play(group: int) -> None:
+        while (claim := await ledger.claim_seat("r", run_id=rid)) is not None:
+            await ledger.record_turns([turn_for(claim, 0)])
+            await ledger.end_seat(claim, reward=1.0)
+            if claim.group_index == group and claim.member == 1:
+                return
+
+    await play(0)
+    assert [g.group_index for g in await ledger.complete_groups(rid, 3)] == [0]
+    assert ledger._complete_groups[(rid, "main")].keys() == {0}
+    await ledger.complete_groups(rid, 3)
+    await play(2)  # groups 1 and 2
+    assert await ledger.complete_groups(rid, 3, only_if_full=True) != []
+    assert sorted(ledger._complete_groups[(rid, "main")]) == [0, 1, 2]
+    # The oldest first, whichever read found them; as many as asked for.
+    assert [g.group_index for g in await ledger.complete_groups(rid, 2)] == [0, 1]
+    lease = await ledger.acquire_lease(trainer_lease(rid), "t")
+    assert await ledger.record_train_step(lease, rid, 1, [0, 1], {}, checkpoint(rid, 1))
+    assert [g.group_index for g in await ledger.complete_groups(rid, 3)] == [2]
+    await play(3)
+    got = await ledger.complete_groups(rid, 3)
+    assert [g.group_index for g in got] == [2, 3] and all(len(g.episodes) == 2 for g in got)
+
+    other = await Ledger.connect(ledger.url, migrate=False)  # consumes group 2 meanwhile
+    try:
+        assert await other.record_train_step(lease, rid, 2, [2], {}, checkpoint(rid, 2, 1))
+    finally:
+        await other.close()
+    assert [g.group_index for g in await ledger.complete_groups(rid, 3)] == [3]
+    assert ledger._complete_groups[(rid, "main")].keys() == {3}
+
+
 async def test_analyze_run_tables_gives_the_planner_the_tables_real_sizes(
     ledger: Ledger, run: RunRecord, database_url: str
 ) -> None:
@@ -331,16 +375,19 @@ async def test_the_trainable_groups_read_probes_by_key_under_a_generic_plan(
         .replace("%(run_id)s", "$2")
         .replace("%(floor)s", "$3")
         .replace("%(limit)s", "$4")
+        .replace("%(known)s", "$5")
     )
-    execute = sql.SQL("EXECUTE trainable('main', {}, 45, 16)").format(sql.Literal(rid))
+    execute = sql.SQL("EXECUTE trainable('main', {}, 45, 16, '{{52}}')").format(sql.Literal(rid))
     with psycopg.connect(database_url) as conn:
         conn.execute("SET plan_cache_mode = force_generic_plan")
-        prepare = sql.SQL("PREPARE trainable(text, text, int, int) AS {}")
+        prepare = sql.SQL("PREPARE trainable(text, text, int, int, int4[]) AS {}")
         conn.execute(prepare.format(sql.SQL(query)))
         explain = sql.SQL("EXPLAIN (ANALYZE, COSTS OFF) {}").format(execute)
         plan = "\n".join(row[0] for row in conn.execute(explain))
         rows = conn.execute(execute).fetchall()
-    assert [g for (g,) in rows] == list(range(50, 60))
+    assert [(g, consumed) for g, _, consumed in rows] == [
+        (g, False) for g in range(50, 60) if g != 52
+    ]  # 52: known, and not consumed
     assert "Seq Scan on consumed_groups" not in plan, plan
     probe = plan[plan.index("consumed_groups") :].split("\n", 2)[1]
     assert "group_index = e.group_index" in probe and "Index Cond" in probe, plan

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -417,3 +418,44 @@ def test_entropy_bonus_raises_entropy_when_advantages_are_zero(
 def test_entropy_coef_must_be_finite_and_not_negative(coef: float) -> None:
     with pytest.raises(TrainingError, match="entropy_coef must be a finite number >= 0"):
         LossConfig(entropy_coef=coef)
+
+
+def test_later_full_checkpoints_hold_what_save_pretrained_writes(
+    tiny_model_dir: Path, ids: dict[str, int], tmp_path: Path
+) -> None:
+    """After the first checkpoint, a full model's weights are written without save_pretrained:
+    the folder has the same files, the same configs byte for byte and the same weights, names
+    and metadata as save_pretrained gives for the same model."""
+    from safetensors import safe_open
+
+    provider, segments = trained_pair(tiny_model_dir, ids)
+    provider.save(tmp_path / "v0")
+    assert provider._writer.direct
+    step(provider, segments)
+    saved = Path(provider.save(tmp_path / "v1").path)
+    reference = tmp_path / "reference"
+    cast_model: Any = provider.model
+    cast_model.save_pretrained(str(reference))
+    written = {f.name for f in reference.iterdir()}
+    assert written <= {f.name for f in saved.iterdir()}
+    for name in written - {"model.safetensors"}:
+        assert (saved / name).read_bytes() == (reference / name).read_bytes(), name
+    with (
+        safe_open(str(saved / "model.safetensors"), framework="pt") as ours,
+        safe_open(str(reference / "model.safetensors"), framework="pt") as theirs,
+    ):
+        assert ours.metadata() == theirs.metadata()
+        names = list(theirs.keys())
+        assert sorted(ours.keys()) == sorted(names)
+        for key in names:
+            assert torch.equal(ours.get_tensor(key), theirs.get_tensor(key)), key
+    reloaded = TorchProvider(saved)  # and it is a base model folder like any other
+    assert reloaded.logprobs(segments) == provider.logprobs(segments)
+
+
+def test_lora_checkpoints_are_always_written_by_save_pretrained(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    provider = TorchProvider(tiny_model_dir, lora_rank=4)
+    provider.save(tmp_path / "v0")
+    assert not provider._writer.direct

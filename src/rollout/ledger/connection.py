@@ -126,6 +126,10 @@ class LedgerConnection:
         self._group_floors: dict[tuple[str, str], int] = {}
         """Per (run, policy), a group index below which every train group is consumed
         (`rollout.ledger.training`: the trainable-groups scan starts there)."""
+        self._complete_groups: dict[tuple[str, str], dict[int, int]] = {}
+        """Per (run, policy), the train groups this process found complete and has not
+        consumed, with their first episode's seq: a complete group stays complete, so the
+        trainable-groups scan leaves them out."""
 
     async def _after_disconnect(self) -> None:
         """Drop the pool's dead connections, so a retry does not take one of them.

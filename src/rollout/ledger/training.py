@@ -39,12 +39,21 @@ from rollout.ledger.records import (
 # the last few steps instead of every episode of the run (at 15,360 episodes: 64 ms -> 2 ms).
 # `policy_group_status` probes each episode's seats and consumption by key (migration 0020), so
 # neither a generic plan nor a young run's empty-table statistics can make it scan the run.
+# Groups this process found complete before (`known`, a complete group stays complete) are left
+# out of the scan: a trainer waiting for a step's groups reads at each seat-end wake-up (about
+# six a step of the README's parity run), and each read probed every episode from the floor on,
+# the complete ones again each time. The known groups that a step consumed since (in any
+# process) come back marked `consumed`, for the caller to forget: a probe of each by key.
 TRAINABLE_GROUPS: LiteralString = """
-SELECT group_index FROM policy_group_status(%(policy)s)
-WHERE run_id = %(run_id)s AND kind = 'train' AND group_index >= %(floor)s AND complete
-  AND consumed_by_step IS NULL
-ORDER BY first_seq
-LIMIT %(limit)s
+(SELECT group_index, first_seq, false AS consumed FROM policy_group_status(%(policy)s)
+ WHERE run_id = %(run_id)s AND kind = 'train' AND group_index >= %(floor)s AND complete
+   AND consumed_by_step IS NULL AND group_index <> ALL(%(known)s::int4[])
+ ORDER BY first_seq
+ LIMIT %(limit)s)
+UNION ALL
+SELECT k.g, NULL, true FROM unnest(%(known)s::int4[]) k(g)
+WHERE (SELECT true FROM consumed_groups c
+       WHERE c.run_id = %(run_id)s AND c.policy = %(policy)s AND c.group_index = k.g LIMIT 1)
 """
 # The first group index at or after `floor` that `policy` has not consumed. A consumed group
 # stays consumed, so every index below the answer is consumed whatever is inserted later (a
@@ -244,9 +253,22 @@ class TrainingMixin(LedgerConnection):
             if floor is None:  # once per run and policy in this process; steps move it on
                 floor = await _group_floor(conn, run_id, policy, 0)
                 self._group_floors[(run_id, policy)] = floor
-            params = {"run_id": run_id, "limit": limit, "policy": policy, "floor": floor}
-            rows = await fetch_all(conn, dict_row, TRAINABLE_GROUPS, params)
-            groups = [row["group_index"] for row in rows]
+            known = self._complete_groups.setdefault((run_id, policy), {})
+            params = {
+                "run_id": run_id,
+                "limit": limit,
+                "policy": policy,
+                "floor": floor,
+                "known": sorted(known),
+            }
+            for row in await fetch_all(conn, dict_row, TRAINABLE_GROUPS, params):
+                if row["consumed"]:
+                    known.pop(row["group_index"], None)
+                else:
+                    known[row["group_index"]] = row["first_seq"]
+            # The oldest first, as the read orders them: the new rows are the oldest `limit`
+            # of the groups not known, so the oldest `limit` of both are among them and `known`.
+            groups = sorted(known, key=known.__getitem__)[:limit]
             if not groups or (only_if_full and len(groups) < limit):
                 return []
             params = {"run_id": run_id, "groups": groups}
@@ -310,6 +332,7 @@ class TrainingMixin(LedgerConnection):
                         "recorded before with groups "
                         f"{recorded}, not {groups}"
                     )
+                self._forget_complete(run_id, checkpoint.policy, groups)
                 return False
             floor = None
             if groups:
@@ -321,7 +344,13 @@ class TrainingMixin(LedgerConnection):
         if floor is not None:  # committed: the groups below it are consumed for good
             key = (run_id, checkpoint.policy)
             self._group_floors[key] = max(floor, self._group_floors.get(key, 0))
+        self._forget_complete(run_id, checkpoint.policy, groups)
         return True
+
+    def _forget_complete(self, run_id: str, policy: str, consumed: Sequence[int]) -> None:
+        known = self._complete_groups.get((run_id, policy), {})
+        for group in consumed:
+            known.pop(group, None)
 
     async def record_checkpoint(self, lease: Lease, checkpoint: CheckpointRecord) -> bool:
         """Fenced; record a checkpoint outside a train step (for example the base model as

@@ -29,12 +29,12 @@ from rollout.training.providers.base import (
     TrainBatch,
 )
 from rollout.training.providers.torch.checkpoints import (
+    CheckpointWriter,
     load_full,
     load_lora,
     read_state,
     rng_state,
     set_rng_state,
-    write_checkpoint,
 )
 from rollout.training.providers.torch.scoring import micro_batches, score
 from rollout.training.segments import Segment
@@ -153,6 +153,7 @@ class TorchProvider:
             self.model = get_peft_model(cast(PreTrainedModel, base), config)
             self._lora_config = {"rank": lora_rank, "alpha": alpha, "targets": targets}
         cast(Any, self.model).to(self.device)
+        self._writer = CheckpointWriter(self.model, kind=self.kind, base_dir=self.model_dir)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(
             self.params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay
@@ -376,14 +377,7 @@ class TorchProvider:
             "rng": rng_state(),
             "kind": self.kind,
         }
-        target, files = write_checkpoint(
-            path,
-            model=self.model,
-            kind=self.kind,
-            base_dir=self.model_dir,
-            state=state,
-            summary=summary,
-        )
+        target, files = self._writer.write(path, state=state, summary=summary)
         return SavedCheckpoint(
             path=str(target),
             kind=self.kind,
