@@ -139,7 +139,9 @@ class _Template:
             metadata = dict(weights.metadata() or {})
             tensors = model.state_dict()
             for name in names:
-                if name not in tensors or not torch.equal(weights.get_tensor(name), tensors[name]):
+                if name not in tensors:
+                    return None
+                if not torch.equal(weights.get_tensor(name), tensors[name].detach().cpu()):
                     return None
         files = {f: (folder / f).read_bytes() for f in sorted(written - {WEIGHTS_FILE})}
         return cls(files, names, metadata)
