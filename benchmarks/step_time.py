@@ -25,6 +25,9 @@ metrics:
   against the machine's cores: when their sum per step approaches cores x wall, the step is
   bound by CPU, not by waiting.
 
+Postgres's CPU is also split by the role each backend serves (every role names its connections
+`rollout ROLE`, which `pg_stat_activity` shows), so a statement's cost is traced to its caller.
+
 The figures: median wall / median compute (goal <= 2), and CPU milliseconds per episode across
 every role and Postgres (goal <= 3). Each role's CPU is split into user and kernel time (the
 system calls its sockets cost), and the machine's irq + softirq time is given beside them: the
@@ -49,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from procs import machine_cpu, processes, role_of, stop_group
+from procs import Proc, machine_cpu, processes, role_of, stop_group
 from psycopg import sql
 from statements import log_every_statement, stop_logging
 from statements import summary as summary_of_statements
@@ -88,11 +91,19 @@ GROUP BY e.group_index
 
 
 class CpuByRole:
-    """Samples the CPU time of `root`'s process tree (by role) and its Postgres every `every` s."""
+    """Samples the CPU time of `root`'s process tree (by role) and its Postgres every `every` s.
 
-    def __init__(self, root: int, postgres_dir: Path, every: float = 0.5) -> None:
-        self.root, self.postgres_dir, self.every = root, postgres_dir, every
+    Postgres's backends are also counted by the role each serves (`postgres:ROLE`, beside the
+    whole server's `postgres`): every role names its connections `rollout ROLE`
+    (`rollout.cli.name_connections`), which `pg_stat_activity` shows for each backend's pid;
+    `postgres:other` is the rest (the server's own processes, this benchmark's reads).
+    """
+
+    def __init__(self, root: int, postgres_dir: Path, url: str, every: float = 0.5) -> None:
+        self.root, self.postgres_dir, self.url, self.every = root, postgres_dir, url, every
         self.samples: list[tuple[float, dict[str, tuple[float, float]]]] = []
+        self._serves: dict[int, str] = {}  # backend pid -> the role it serves
+        self._conn: psycopg.Connection[Any] | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -114,20 +125,43 @@ class CpuByRole:
             ours |= more
             grew = bool(more)
         cpu: dict[str, tuple[float, float]] = {}
+
+        def add(key: str, proc: Proc) -> None:
+            user, system = cpu.get(key, (0.0, 0.0))
+            cpu[key] = (user + proc.user_s, system + proc.system_s)
+
         for pid, proc in found.items():
             role = role_of(proc) if pid in ours else None
             if role is None and postmaster is not None and postmaster in (pid, proc.parent):
                 role = "postgres"
+                add(f"postgres:{self._served_by(pid)}", proc)
             if role is not None:
-                user, system = cpu.get(role, (0.0, 0.0))
-                cpu[role] = (user + proc.user_s, system + proc.system_s)
+                add(role, proc)
         machine = machine_cpu()
         cpu[MACHINE] = (machine["softirq"] + machine["irq"], machine["idle"] + machine["iowait"])
         return cpu
 
+    def _served_by(self, pid: int) -> str:
+        """The role whose connection backend `pid` serves ("other": none, or not known yet)."""
+        if pid not in self._serves:
+            try:
+                if self._conn is None:
+                    self._conn = psycopg.connect(
+                        self.url, autocommit=True, application_name="step_time", connect_timeout=2
+                    )
+                rows = self._conn.execute("SELECT pid, application_name FROM pg_stat_activity")
+                for backend, name in rows.fetchall():
+                    if name and name.startswith("rollout "):
+                        self._serves[backend] = name.removeprefix("rollout ")
+            except psycopg.Error:  # the server is starting or gone: ask again next time
+                self._conn = None
+        return self._serves.get(pid, "other")
+
     def _run(self) -> None:
         while not self._stop.wait(self.every):
             self.samples.append((time.time(), self._sample()))
+        if self._conn is not None:
+            self._conn.close()
 
     def stop(self) -> None:
         self._stop.set()
@@ -155,7 +189,12 @@ def _load() -> str:
 
 
 def train(
-    steps: int, state: Path, log: Path, timeout_s: float, overrides: list[str] | None = None
+    steps: int,
+    state: Path,
+    url: str,
+    log: Path,
+    timeout_s: float,
+    overrides: list[str] | None = None,
 ) -> tuple[str, CpuByRole]:
     """Run `rollout train` for `steps` steps in state folder `state` (more `--set KEY=VALUE`
     `overrides` after the benchmark's own); return the run's name and its CPU samples."""
@@ -172,7 +211,7 @@ def train(
         process = subprocess.Popen(
             argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
-    cpu = CpuByRole(process.pid, state / "postgres")
+    cpu = CpuByRole(process.pid, state / "postgres", url)
     try:
         code = process.wait(timeout_s)
     except subprocess.TimeoutExpired:
@@ -316,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
         url = ledger_url()  # the embedded Postgres the run's roles share
         if args.statements:
             log_every_statement(url)
-        name, cpu = train(args.steps, state, work / "train.log", args.timeout, args.overrides)
+        name, cpu = train(args.steps, state, url, work / "train.log", args.timeout, args.overrides)
         rows = profile(url, name)
         if args.statements and rows:
             stop_logging(url)
@@ -338,6 +377,11 @@ def main(argv: list[str] | None = None) -> int:
     used = cpu.between(window[0]["at"] - window[0]["wall_s"], window[-1]["at"])
     kernel_irq, idle = used.pop(MACHINE, (0.0, 0.0))
     n = len(window)
+    served = {r: used.pop(r) for r in [r for r in used if r.startswith("postgres:")]}
+    postgres_by_role = {
+        r.removeprefix("postgres:"): round((u + k) / n, 3)
+        for r, (u, k) in sorted(served.items(), key=lambda item: -sum(item[1]))
+    }
     cpu_per_step = {role: round((u + k) / n, 3) for role, (u, k) in sorted(used.items())}
     system_per_step = {role: round(k / n, 3) for role, (_, k) in sorted(used.items())}
     all_roles = sum(cpu_per_step.values())
@@ -353,6 +397,7 @@ def main(argv: list[str] | None = None) -> int:
         "median": med,
         "wall_over_compute": ratio,
         "cpu_s_per_step": cpu_per_step,
+        "postgres_s_per_step_by_role": postgres_by_role,
         "system_s_per_step": system_per_step,
         "irq_softirq_s_per_step": round(kernel_irq / n, 3),
         "idle_s_per_step": round(idle / n, 3),
@@ -387,6 +432,11 @@ def main(argv: list[str] | None = None) -> int:
             f"goal <= 3); the machine's irq + softirq {result['irq_softirq_s_per_step']:.3f} s "
             f"and idle {result['idle_s_per_step']:.3f} s per step, outside every process's time"
         )
+        if postgres_by_role:
+            print(
+                "Postgres's CPU s per step by the role each backend serves: "
+                + ", ".join(f"{role} {sec:.3f}" for role, sec in postgres_by_role.items())
+            )
     if statements:
         print("\n".join(statements))
     goal = "met" if ratio <= GOAL else "NOT met"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -298,3 +299,30 @@ def test_env_check_says_in_one_line_when_the_presets_model_cannot_read_the_text(
     assert code == 0 and json.loads(out)["readability"] is None
     code, out, _ = rollout(capsys, "env", "check", "parity.environment:environment")
     assert code == 0 and "cannot read" not in out
+
+
+async def test_each_command_names_its_postgres_connections(
+    monkeypatch: pytest.MonkeyPatch, database_url: str
+) -> None:
+    """`pg_stat_activity` shows which role each connection serves."""
+    import psycopg
+
+    from rollout.cli import name_connections
+    from rollout.ledger import Ledger
+
+    monkeypatch.delenv("PGAPPNAME", raising=False)
+    name_connections(["gateway", "--run", "r1"])
+    assert os.environ["PGAPPNAME"] == "rollout gateway"
+    async with await Ledger.connect(database_url, migrate=False) as ledger:
+        await ledger.wait("settings", 0.1)  # the LISTEN connection too
+        async with await psycopg.AsyncConnection.connect(database_url) as conn:
+            cursor = await conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'rollout gateway'"
+            )
+            row = await cursor.fetchone()
+    assert row is not None and row[0] >= 3  # the pool's, the listener's and this one
+    name_connections(["trainer"])  # a role replaces the name it inherited from its launcher
+    assert os.environ["PGAPPNAME"] == "rollout trainer"
+    monkeypatch.setenv("PGAPPNAME", "my-app")  # the user's own is kept
+    name_connections(["runner"])
+    assert os.environ["PGAPPNAME"] == "my-app"

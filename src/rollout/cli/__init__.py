@@ -151,10 +151,21 @@ def _print_error(message: str) -> None:
     err_console.print(f"[red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
 
 
+def name_connections(argv: list[str]) -> None:
+    """Name this process's Postgres connections `rollout COMMAND` (`PGAPPNAME`, which libpq gives
+    every connection as its application_name): `pg_stat_activity` then says which role each
+    busy backend serves, `rollout trainer` or `rollout gateway`. A name the user set (one not
+    starting with `rollout`) is kept; a role inherits its launcher's, which is replaced."""
+    command = next((arg for arg in argv if not arg.startswith("-")), None)
+    if command is not None and os.environ.get("PGAPPNAME", "rollout").startswith("rollout"):
+        os.environ["PGAPPNAME"] = f"rollout {command}"
+
+
 def main() -> None:
     """Entry point: user errors print as one line, without a traceback."""
     for key, value in QUIET_ENVIRONMENT.items():
         os.environ.setdefault(key, value)
+    name_connections(sys.argv[1:])
     from rollout.settings import get_settings
 
     try:
