@@ -317,7 +317,8 @@ async def test_each_command_names_its_postgres_connections(
         await ledger.wait("settings", 0.1)  # the LISTEN connection too
         async with await psycopg.AsyncConnection.connect(database_url) as conn:
             cursor = await conn.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'rollout gateway'"
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE application_name = 'rollout gateway' AND datname = current_database()"
             )
             row = await cursor.fetchone()
     assert row is not None and row[0] >= 3  # the pool's, the listener's and this one
