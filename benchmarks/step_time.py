@@ -151,8 +151,8 @@ class CpuByRole:
                     )
                 rows = self._conn.execute("SELECT pid, application_name FROM pg_stat_activity")
                 for backend, name in rows.fetchall():
-                    if name and name.startswith("rollout "):
-                        self._serves[backend] = name.removeprefix("rollout ")
+                    named = bool(name) and name.startswith("rollout ")
+                    self._serves[backend] = name.removeprefix("rollout ") if named else "other"
             except psycopg.Error:  # the server is starting or gone: ask again next time
                 self._conn = None
         return self._serves.get(pid, "other")
