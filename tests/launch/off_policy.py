@@ -48,7 +48,9 @@ COLLAPSE_SKIPPED = 0.8
 """The share of them whose optimizer step was skipped that `collapsed` calls a collapse."""
 
 
-def collapsed(skipped: Sequence[bool]) -> bool:
+def collapsed(
+    skipped: Sequence[bool], window: int = COLLAPSE_WINDOW, share: float = COLLAPSE_SKIPPED
+) -> bool:
     """Whether a run ended in the parity recipe's known collapse, not in a slow climb, from its RL
     steps' `optim/skipped` flags in order (`skipped_steps`): the policy became nearly
     deterministic before it found the task, so every episode of a group gives the same answer,
@@ -56,9 +58,9 @@ def collapsed(skipped: Sequence[bool]) -> bool:
     `COLLAPSE_SKIPPED` of the last `COLLAPSE_WINDOW` steps, from which nothing recovers (seen in CI
     through vLLM: from step ~150 of 600, reward ~0.5). It is a draw of the run's sampling, not of
     the serving path, so a learning test that meets it trains once more with another seed and says
-    so."""
-    last = list(skipped)[-COLLAPSE_WINDOW:]
-    return len(last) == COLLAPSE_WINDOW and sum(last) >= COLLAPSE_SKIPPED * len(last)
+    so. A shorter run reads its last `window` steps and calls `share` of them a collapse."""
+    last = list(skipped)[-window:]
+    return len(last) == window and sum(last) >= share * len(last)
 
 
 def skipped_steps(steps: Sequence[TrainStepRecord]) -> list[bool]:
