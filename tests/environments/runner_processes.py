@@ -8,6 +8,7 @@ import contextlib
 import os
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -64,16 +65,22 @@ def _start(argv: list[str], log: Path) -> subprocess.Popen[bytes]:
 async def play_in_processes(
     database_url: str, gateway: str, run_id: str, count: int, logs: Path, seconds: float
 ) -> None:
-    """`count` runner processes (`runner-0`, ...), one seat each; each must exit 0 within
-    `seconds`."""
+    """`count` runner processes (`runner-0`, ...), one seat each; all must exit 0 within
+    `seconds` (less than the test's timeout, so that a hang fails with every runner's log)."""
     files = [logs / f"runner-{index}.log" for index in range(count)]
     runners = [
         _start([sys.executable, "-c", RUNNER, database_url, gateway, f"runner-{i}", run_id], log)
         for i, log in enumerate(files)
     ]
+    deadline = time.monotonic() + seconds
     try:
         for process, log in zip(runners, files, strict=True):
-            code = await asyncio.to_thread(process.wait, seconds)
+            try:
+                code = await asyncio.to_thread(process.wait, max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                # A hang says where each runner was: the tail of every runner's log.
+                tails = "\n".join(f"== {f.name}\n{f.read_text()[-1500:]}" for f in files)
+                raise AssertionError(f"runners still playing after {seconds} s:\n{tails}") from None
             assert code == 0, log.read_text()[-3000:]
     finally:
         for process in runners:

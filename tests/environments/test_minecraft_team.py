@@ -49,9 +49,9 @@ async def test_four_runner_processes_build_in_one_world(
     [episode] = await ledger.add_episodes(
         run.run_id, [EpisodeSpec(0, 0, {"reward": "team"}, seed=SEED, agents=4)]
     )
-    await play_in_processes(database_url, builder_gateway, run.run_id, 4, tmp_path, 900)
-    [instance] = await ledger.list_sandboxes(pool="minecraft")
     try:
+        await play_in_processes(database_url, builder_gateway, run.run_id, 4, tmp_path, 300)
+        [instance] = await ledger.list_sandboxes(pool="minecraft")
         record = await ledger.episode(episode)
         ends = sorted(record.ends, key=lambda end: end.agent)
         assert [end.status for end in ends] == ["completed"] * 4, [e.error for e in ends]
@@ -66,5 +66,6 @@ async def test_four_runner_processes_build_in_one_world(
         # marker; the cells the scripted builders stood beside are untouched.
         await check_built("127.0.0.1", instance.details["control_port"], SEED)
         assert environment.agents == 4
-    finally:
-        await MinecraftPool().stop(instance.details)
+    finally:  # the world the runners left, also when they failed or hung
+        for instance in await ledger.list_sandboxes(pool="minecraft"):
+            await MinecraftPool().stop(instance.details)
