@@ -9,7 +9,7 @@ Example:
     ... ]
     >>> summary = summarize(steps, began=90.0)
     >>> summary["steps"], summary["seconds_to_target"], summary["lag_mean"]
-    (7, 15.0, 0.5)
+    (7, 17.0, 0.5)
     >>> round(summary["first_rewards_mean"], 2), round(summary["last_rewards_mean"], 2)
     (0.4, 0.74)
 """
@@ -23,6 +23,7 @@ from rich.console import Console
 
 from rollout.launch.progress import rl_steps
 from rollout.ledger import TrainStepRecord
+from rollout.runs.config import reached_target
 
 TARGET_REWARD = 0.9
 HEAD = 5
@@ -32,14 +33,20 @@ HEAD = 5
 def summarize(
     steps: Sequence[TrainStepRecord], began: float, target: float = TARGET_REWARD
 ) -> dict[str, Any]:
-    """Steps taken, the mean reward of the first and last few steps, when the reward first
-    reached `target` (seconds after `began`, a Unix time), and the mean lag."""
+    """Steps taken, the mean reward of the first and last few steps, when the target was
+    first reached (seconds after `began`, a Unix time): the step at which the mean reward of the
+    last three steps reached it (`reached_target`, the rule that stops a run at
+    `stop_at_reward`), and the mean lag."""
     rl = rl_steps(steps)
     rewards = [float(step.metrics.get("reward", 0.0)) for step in rl]
     window = max(1, min(HEAD, len(rewards)))
     head, tail = rewards[:window], rewards[-window:]
     reached = next(
-        (step.created_at - began for step, r in zip(rl, rewards, strict=True) if r >= target),
+        (
+            step.created_at - began
+            for index, step in enumerate(rl)
+            if reached_target(rewards[: index + 1], target)
+        ),
         None,
     )
     return {

