@@ -1,7 +1,7 @@
 """Parity of a number: the model answers `E` (even) or `O` (odd).
 
-A fresh tiny model cannot answer at all; after a short format-only warm-up and 84-262
-RL steps (28-83 s on a 2-core CPU) it answers right 90% of the time, which makes it
+A fresh tiny model cannot answer at all; after a short format-only warm-up and 88-237
+RL steps (36-67 s on a 2-core CPU) it answers right 90% of the time, which makes it
 the example `rollout train` uses:
 
     uv run rollout train parity.environment:environment --preset cpu-tiny
