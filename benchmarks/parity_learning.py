@@ -24,9 +24,12 @@ lag with TIS, prompts through the chat template, target: the mean reward of thre
 at most 300 steps), then `rollout train parity.environment:environment --preset cpu-tiny
 --set seed=S` in a fresh process (its state folder shared by the seeds: the first seed also
 builds the model folder; each starts the embedded Postgres, stopped after it), and reports each
-one's seconds from its process start to the target and the ratio; then, over the seeds that
-reached the target in both, the median and range of each figure (`--seeds 5` for the figures
-in benchmarks/README.md: step counts vary a lot between seeds), and the load average.
+one's seconds from its process start to the target and the ratio (the platform's are `rollout
+train`'s `seconds_to_target`, counted by the rule that stops the run, the mean reward of three
+steps: `rollout.runs.config.reached_target`, the same window as this loop's `--window 3`);
+then, over the seeds that reached the target in both, the median and range of each figure
+(`--seeds 5` for the figures in benchmarks/README.md: step counts vary a lot between seeds),
+and the load average.
 
 Why the step counts vary: this loop is deterministic for a seed (its sampling generator is
 seeded), so a seed always takes the same number of steps on one machine; the platform seeds the
