@@ -23,7 +23,7 @@ from rich.console import Console
 
 from rollout.launch.progress import rl_steps
 from rollout.ledger import TrainStepRecord
-from rollout.runs.config import reached_target
+from rollout.runs.config import TARGET_WINDOW, reached_target
 
 TARGET_REWARD = 0.9
 HEAD = 5
@@ -44,8 +44,8 @@ def summarize(
     reached = next(
         (
             step.created_at - began
-            for index, step in enumerate(rl)
-            if reached_target(rewards[: index + 1], target)
+            for end, step in enumerate(rl, start=1)
+            if reached_target(rewards[max(0, end - TARGET_WINDOW) : end], target)
         ),
         None,
     )
