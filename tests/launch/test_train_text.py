@@ -112,7 +112,7 @@ PIPED_GAP_S = 10.0
 STEPS_SEEN = 60
 """Steps the learning test watches before it stops the run (Ctrl-C), unless the run reached the
 preset's `stop_at_reward` first: enough for the reward to rise, far fewer than the preset's 300.
-The step that reaches 0.9 is a draw of the run: 19-34 on a quiet 2-core machine, and at 40 or
+The step that reaches 0.9 is a draw of the run: 23-34 on a quiet 2-core machine, and at 40 or
 later on 4 of 12 runs with a second run beside each (docs/write-an-environment.md)."""
 COLLAPSE_WINDOW = 10
 """The last steps of a watched run that `collapsed` reads: a run that missed and skipped its
