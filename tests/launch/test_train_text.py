@@ -27,6 +27,7 @@ import pytest
 from rollout.ledger import Ledger
 from tests.docs.blocks import page_blocks
 from tests.launch.off_policy import collapsed, skipped_steps
+from tests.live_run import ctrl_c_as_in_a_terminal
 
 ROOT = Path(__file__).resolve().parents[2]
 GUIDE = ROOT / "docs" / "write-an-environment.md"
@@ -131,6 +132,7 @@ def _watch(folder: Path, env: dict[str, str], *extra: str) -> tuple[dict, str, b
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=ctrl_c_as_in_a_terminal,  # heeded also under a CI script's `pytest &`
     )
     assert train.stderr is not None
     shown, arrivals = [], []
@@ -150,10 +152,8 @@ def _watch(folder: Path, env: dict[str, str], *extra: str) -> tuple[dict, str, b
             train.kill()
     shown.append(err)
     text = "".join(shown)
-    # Stopped by its target: 0; by Ctrl-C: 130, like any shell tool, after the summary. Once (CI,
-    # 2026-12-07) a run went on to its 300 steps after the Ctrl-C and exited 0: a Ctrl-C not
-    # heeded, an open defect named in that session's note; until it is fixed, 0 is let through.
-    assert train.returncode in ((0, 130) if interrupted else (0,)), text[-3000:]
+    # Stopped by its target: 0; by Ctrl-C: 130, like any shell tool, after the summary.
+    assert train.returncode == (130 if interrupted else 0), text[-3000:]
     assert "cannot read" not in text and "no format warm-up" not in text, text[:2000]
     # `rollout train ... | cat`: from the first progress line until the roles have stopped (the
     # run finished or was stopped), a reader of the pipe is never left 10 s without a line.
