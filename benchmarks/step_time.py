@@ -329,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--statements",
         action="store_true",
-        help="also count Postgres's statements per episode from its log",
+        help="also count Postgres's statements per episode, and the CPU each cost, from its log",
     )
     parser.add_argument(
         "--against",
