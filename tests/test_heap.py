@@ -20,7 +20,10 @@ class Node:
 def test_what_is_alive_is_frozen_and_later_cycles_are_still_collected() -> None:
     try:
         frozen = settle()
-        assert frozen == gc.get_freeze_count() > 0
+        # A frozen object is still freed when its last reference goes (another thread's, say),
+        # and leaves the frozen set: the count may only have fallen since (CI: 1,068,201 frozen,
+        # 1,068,199 a moment later).
+        assert 0 < gc.get_freeze_count() <= frozen
         cycle = Node()
         gone = weakref.ref(cycle)
         del cycle
