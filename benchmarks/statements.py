@@ -25,13 +25,13 @@ from pathlib import Path
 import psycopg
 
 PREFIX = "%m [%p] "
-LINE = re.compile(
-    r"^(?P<at>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+) (?P<tz>\S+) \[(?P<pid>\d+)\] LOG:  duration: "
-    r"(?P<ms>[\d.]+) ms  (?P<kind>parse|bind|execute|statement)(?: [^:]*)?: (?P<text>.*)$"
-)
 ENTRY = re.compile(
     r"^(?P<at>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+) (?P<tz>\S+) \[(?P<pid>\d+)\] "
     r"(?P<level>[A-Z]+):  (?P<text>.*)$"
+)
+DURATION = re.compile(
+    r"^duration: (?P<ms>[\d.]+) ms  (?P<kind>parse|bind|execute|statement)(?: [^:]*)?: "
+    r"(?P<text>.*)$"
 )
 STATISTICS = re.compile(r"^(?:PARSE MESSAGE|BIND MESSAGE|EXECUTE MESSAGE|QUERY) STATISTICS$")
 USAGE = re.compile(r"!\s+(?P<user>[\d.]+) s user, (?P<system>[\d.]+) s system")
@@ -136,7 +136,7 @@ def read_log(lines: Iterable[str], start: float, end: float) -> dict[str, Statem
                 key = shape(" ".join([text, *rest]))
                 found.setdefault(key, Statement(key)).cpu_ms += cpu
             continue
-        duration = LINE.match(head.group(0))
+        duration = DURATION.match(text) if level == "LOG" else None
         if duration is None or not start <= at(head) <= end:
             continue
         key = shape(" ".join([duration["text"], *rest]))
