@@ -3,8 +3,9 @@
 - `rollout train parity.environment:environment --preset cpu-vllm` learns to the preset's own
   target (a mean reward of 0.9 over three steps), with full weights reloaded in place after
   every step, and every checkpoint the trainer published was served (acknowledged by the vLLM
-  server, in order). A seed whose run ends in the recipe's known collapse (every group's
-  advantages 0, `tests.launch.off_policy.collapsed`) is followed by one run of another seed.
+  server, in order). A seed whose run meets the recipe's known collapse (every group's
+  advantages 0, `tests.launch.off_policy.collapsed`) is stopped there and followed by one run of
+  another seed.
 - A LoRA run (`--set lora_rank=8`, max_lag 0 so every version must be served before turns go
   on): each checkpoint is hot-loaded and samples turns, and the logprobs vLLM recorded for the
   turns of a version match the trainer's on that checkpoint within `TOLERANCE`.
@@ -22,8 +23,12 @@ import asyncio
 import itertools
 import json
 import os
+import secrets
+import signal
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
@@ -40,16 +45,20 @@ from tests.launch.off_policy import (
     COLLAPSE_WINDOW,
     STEP_BUDGET,
     collapsed,
+    collapsed_so_far,
     reward_curve,
     run_turns,
     skipped_steps,
 )
+from tests.live_run import ctrl_c_as_in_a_terminal
 from tests.training.logprob_helpers import abs_diffs
 
 pytestmark = pytest.mark.slow
 
 TOLERANCE = 1e-4
 """Trainer vs vLLM logprobs of recorded turns on the same fp32 weights (measured: ~1e-6)."""
+WATCH_S = 5.0
+"""How often a watched run's ledger is read (`train`'s `stop_if`)."""
 
 
 def train(
@@ -58,28 +67,38 @@ def train(
     *args: str,
     timeout: float,
     environment: str = "parity.environment:environment",
+    stop_if: Callable[[], bool] | None = None,
 ) -> dict[str, object]:
+    """`rollout train ENVIRONMENT --preset cpu-vllm --json ARGS` to its end; its summary.
+
+    `stop_if`: asked every `WATCH_S` while the run trains; once it holds, the run is stopped
+    with Ctrl-C (its summary's status is then `stopped`)."""
     env = dict(os.environ, ROLLOUT_DATABASE_URL=database_url, ROLLOUT_STATE_DIR=str(state))
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "rollout.cli",
-            "train",
-            environment,
-            "--preset",
-            "cpu-vllm",
-            "--json",
-            *args,
-        ],
-        capture_output=True,
+    command = [sys.executable, "-m", "rollout.cli", "train", environment, "--preset", "cpu-vllm"]
+    process = subprocess.Popen(
+        [*command, "--json", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
         env=env,
-        timeout=timeout,
+        preexec_fn=ctrl_c_as_in_a_terminal,  # heeded also under a CI script's `pytest &`
     )
-    assert result.returncode == 0, result.stderr[-3000:]
-    summary = json.loads(result.stdout)
-    assert summary["status"] == "finished"
+    deadline = time.monotonic() + timeout
+    stopped = False
+    while True:
+        try:  # read the pipes as it runs (a full pipe would stall it); nothing read is lost
+            out, err = process.communicate(timeout=WATCH_S)
+            break
+        except subprocess.TimeoutExpired:
+            if time.monotonic() > deadline:
+                process.kill()
+                raise
+            if stop_if is not None and not stopped and stop_if():
+                process.send_signal(signal.SIGINT)
+                stopped = True
+    assert process.returncode == (130 if stopped else 0), err[-3000:]
+    summary = json.loads(out)
+    assert summary["status"] == ("stopped" if stopped else "finished"), summary
     return summary
 
 
@@ -115,9 +134,17 @@ def test_cpu_vllm_preset_learns_to_its_target_through_vllm(
     require_vllm()
 
     # The preset as it is, with the learning tests' step budget (`STEP_BUDGET`).
+    # A run that meets the recipe's known collapse is stopped there (`collapsed_so_far`).
     def attempt(seed: int) -> tuple[dict[str, object], str, list, list, dict, list[float]]:
-        options = ("--steps", str(STEP_BUDGET), "--set", f"seed={seed}")
-        summary = train(database_url, tmp_path / f"seed{seed}", *options, timeout=1400)
+        name = f"cpu-vllm-learns-{seed}-{secrets.token_hex(3)}"
+        options = ("--steps", str(STEP_BUDGET), "--set", f"seed={seed}", "--name", name)
+        summary = train(
+            database_url,
+            tmp_path / f"seed{seed}",
+            *options,
+            timeout=1400,
+            stop_if=lambda: collapsed_so_far(database_url, name),
+        )
         run_id = str(summary["run_id"])
         checkpoints, steps, acks, _ = asyncio.run(_ledger_facts(database_url, run_id))
         rewards = [s.metrics["reward"] for s in sorted(steps, key=lambda s: s.step) if s.step > 0]

@@ -14,6 +14,8 @@ from bisect import bisect_right
 from collections.abc import Sequence
 from itertools import pairwise
 
+import psycopg
+
 from rollout.contracts import Turn
 from rollout.ledger import Ledger, TrainStepRecord
 
@@ -61,6 +63,22 @@ def collapsed(
     so. A shorter run reads its last `window` steps and calls `share` of them a collapse."""
     last = list(skipped)[-window:]
     return len(last) == window and sum(last) >= share * len(last)
+
+
+def collapsed_so_far(database_url: str, name: str) -> bool:
+    """Whether the live run named `name` has met the collapse already (`collapsed` on the RL
+    steps it recorded so far): a learning test stops such a run there and trains another seed,
+    instead of waiting out the rest of `STEP_BUDGET`, from which nothing recovers (the collapse
+    seen in CI through vLLM began at step ~150 of 600: about 450 steps, 7 min there, for
+    nothing)."""
+    with psycopg.connect(database_url) as conn:
+        rows = conn.execute(
+            "SELECT coalesce((t.metrics->>'optim/skipped')::float8, 0) >= 1 FROM train_steps t"
+            " JOIN runs r USING (run_id) WHERE r.name = %s AND t.step > 0"
+            " ORDER BY t.step DESC LIMIT %s",
+            (name, COLLAPSE_WINDOW),
+        ).fetchall()
+    return collapsed([bool(skip) for (skip,) in reversed(rows)])
 
 
 def skipped_steps(steps: Sequence[TrainStepRecord]) -> list[bool]:

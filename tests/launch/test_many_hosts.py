@@ -45,7 +45,13 @@ from tests.hosts import (
     seaweedfs,
     shared_folder,
 )
-from tests.launch.off_policy import STEP_BUDGET, check_off_policy, collapsed, reward_curve
+from tests.launch.off_policy import (
+    STEP_BUDGET,
+    check_off_policy,
+    collapsed,
+    collapsed_so_far,
+    reward_curve,
+)
 from tests.launch.run_invariants import check_ledger, held_seats
 
 pytestmark = [
@@ -225,7 +231,15 @@ def _train_spread(
     whether it trained nothing (`optim/skipped`), in step order."""
     run_id = _create(cluster, name, "--steps", str(STEP_BUDGET), *options)
     with cluster.running(name) as ups:
-        _wait_for(cluster, "finished run", lambda: _finished(cluster, run_id), ups, timeout=900)
+        _wait_for(
+            cluster,
+            "finished or collapsed run",
+            lambda: _finished(cluster, run_id) or collapsed_so_far(cluster.database_url, name),
+            ups,
+            timeout=900,
+        )
+        if not _finished(cluster, run_id):  # the recipe's known collapse: stopped there
+            cluster.rollout(cluster.network.host("trainer"), "runs", "stop", name)
         codes = _stop(ups)
     assert codes == dict.fromkeys(ROLES, 0), codes
     rows = cluster.query(
