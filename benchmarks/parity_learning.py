@@ -171,7 +171,10 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
     step_hit: int | None = None
     cpu_hit: float | None = None
     metrics: dict[str, float] = {}
+    step_seconds: list[float] = []  # each step's wall time, and of it the training's
+    train_seconds: list[float] = []
     for step in range(args.max_steps):
+        step_began = time.perf_counter()
         version = provider.step
         if args.lag:
             history.append({k: v.detach().clone() for k, v in provider.model.state_dict().items()})
@@ -212,9 +215,12 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
                     stop_reason=samples[i].stop_reason,
                 )
                 segments.extend(build_segments([turn], adv or 0.0, stop_token_ids=[eos]))
+        train_began = time.perf_counter()
         if segments:
             result = provider.forward_backward(TrainBatch(segments=tuple(segments), loss=loss))
             metrics = {**result.metrics, **provider.optim_step()}
+        train_seconds.append(time.perf_counter() - train_began)
+        step_seconds.append(time.perf_counter() - step_began)
         reward = sum(step_rewards) / len(step_rewards)
         first = [s.tokens[0] if s.tokens else -1 for s in samples]
         share_e = sum(t == letter["E"] for t in first) / len(first)
@@ -285,6 +291,8 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
         "best_reward": max(rewards) if rewards else None,
         "steps": len(rewards),
         "sampling_seed": sampling_seed,
+        "median_step_s": statistics.median(step_seconds) if step_seconds else None,
+        "median_train_s": statistics.median(train_seconds) if train_seconds else None,
         "last_is_metrics": {k: v for k, v in metrics.items() if k.startswith("is/")},
     }
 
