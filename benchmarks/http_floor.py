@@ -21,13 +21,15 @@ import asyncio
 import json
 import os
 import platform
-import socket
 import subprocess
 import sys
 import time
 from typing import Any
 
 import aiohttp
+from procs import cpu_seconds
+
+from rollout.net.server import free_port
 
 REPLY = json.dumps(
     {
@@ -86,19 +88,6 @@ def serve(kind: str, port: int) -> None:
         app = Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])])
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", http="httptools",
                 loop="asyncio", access_log=False)  # fmt: skip
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of process `pid` so far."""
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def measure(kind: str, exchanges: int, in_flight: int) -> dict[str, Any]:
